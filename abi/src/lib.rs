@@ -1,0 +1,28 @@
+//! `abi`: Weir's wire contract.
+//!
+//! Everything that crosses a process boundary or lands on disk has its byte
+//! layout defined here, once, so the broker, the client and the tools agree by
+//! construction:
+//!
+//! - [`batch`]: a byte-exact codec of Apache Kafka's RecordBatch v2 (magic 2),
+//!   the unit Weir stores in its log and ships over the wire. The hot path
+//!   ([`BatchView`]) reads header fields and checks the CRC without decoding
+//!   records; the full model ([`RecordBatch`]) encodes and decodes every byte.
+//! - [`varint`]: the zigzag varints and varlongs used inside records.
+//!
+//! The Cap'n Proto schema of Weir's own RPCs and the `ErrorCode` table arrive
+//! later and will live here too.
+//!
+//! Invariants: decoding never panics on any input and reports typed errors;
+//! re-encoding a decoded batch reproduces its bytes exactly whenever its
+//! varints were in their shortest form (as every Kafka client writes them).
+
+pub mod batch;
+pub mod varint;
+
+pub use batch::{
+    set_base_offset, set_partition_leader_epoch, Attributes, BatchBuilder, BatchError, BatchIter,
+    BatchView, Compression, Header, Record, RecordBatch, TimestampType, BATCH_HEADER_BYTES,
+    LOG_OVERHEAD_BYTES, MAGIC_V2,
+};
+pub use varint::VarintError;

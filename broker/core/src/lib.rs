@@ -1,0 +1,17 @@
+//! `broker-core`: Weir's deterministic broker logic.
+//!
+//! Everything here is plain Rust over values: no tokio, no sockets, no clocks and
+//! no direct file access. Time arrives as `now_ms` arguments and durable media
+//! through the [`storage`] traits, so the same code runs under the real server
+//! (`broker`) and under crash/simulation tests.
+//!
+//! - [`log`]: the partition log — segments, sparse indexes, recovery, retention,
+//!   durability bookkeeping (the durable offset that replication builds on).
+//! - [`storage`]: the storage seam, plus an in-memory implementation with crash
+//!   semantics.
+//!
+//! Architecture invariant: this crate never depends on an IO runtime; Cargo
+//! enforces it (see `Cargo.toml`).
+
+pub mod log;
+pub mod storage;

@@ -1,0 +1,488 @@
+//! The partition log: an ordered, append-only sequence of Kafka v2 record batches,
+//! split into [`segment`]s, with sparse offset and time indexes.
+//!
+//! [`Log`] is the one entry point. It is a plain value: its owner (the server's
+//! partition) serialises calls with a lock, and performs the slow parts outside it
+//! through [`ReadPlan`] (reads), [`FlushTicket`] (fdatasync rounds) and
+//! [`RetiredSegments`] (file deletion).
+//!
+//! Offsets: the log start offset (LSO) is the first offset still held; the log end
+//! offset (LEO) is the offset the next record gets; the *durable offset* is the
+//! offset below which every record is on disk (fdatasync'd). `LSO <= durable <= LEO`
+//! — except that retention may move LSO past the durable offset under
+//! `flush.policy=interval`.
+//!
+//! Architecture invariants:
+//! - offsets are dense and strictly increasing; a record's offset never changes;
+//! - stored batches are never re-encoded: append stamps the base offset and the
+//!   partition leader epoch (fields outside the CRC) and writes the bytes;
+//! - the durable offset only moves forward, except by an explicit `truncate_to`;
+//! - after any failed write or sync the log is *fenced*: it refuses writes until
+//!   reopened, because its on-disk state is unknown;
+//! - recovery never silently drops data that may have been durable: a torn tail is
+//!   truncated, any other damage fences the partition ([`LogError::Corrupt`]).
+
+mod checkpoint;
+pub mod config;
+mod error;
+mod flush;
+mod header;
+mod index;
+mod open;
+mod read;
+mod retention;
+mod scan;
+mod segment;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use abi::batch::{set_base_offset, set_partition_leader_epoch, BatchView, RecordBatch};
+
+pub use config::{ConfigError, FlushPolicy, LogConfig};
+pub use error::LogError;
+pub use flush::FlushTicket;
+pub use open::RecoveryReport;
+pub use read::{ReadInfo, ReadPlan};
+
+use checkpoint::{write_recovery_point, CLEAN_SHUTDOWN_FILE};
+use header::BatchHeader;
+use retention::{deletable_prefix, SegmentSummary};
+use segment::{locate_batch, Segment};
+
+use crate::storage::Storage;
+
+/// Where an append landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// Offset of the first record of the first batch.
+    pub base_offset: u64,
+    /// Offset of the last record of the last batch.
+    pub last_offset: u64,
+    /// Number of batches appended.
+    pub batch_count: usize,
+}
+
+/// A partition's log. See the module docs.
+#[derive(Debug)]
+pub struct Log {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    config: LogConfig,
+    /// Never empty; the last one is the active segment.
+    segments: VecDeque<Segment>,
+    durable_offset: u64,
+    /// The checkpointed offset below which everything is on disk (see `checkpoint`).
+    recovery_point: u64,
+    /// Base offsets of segments sealed since the last flush round.
+    unsynced_sealed: Vec<u64>,
+    /// Segment files were created since the last flush round.
+    dir_dirty: bool,
+    /// Bumped by every truncation; flush rounds started before one are stale.
+    generation: u64,
+    fenced: Option<String>,
+    recovery: RecoveryReport,
+}
+
+/// Segments removed from the log by retention whose files still exist. Call
+/// [`RetiredSegments::delete`] outside the log's lock.
+#[derive(Debug)]
+#[must_use = "retired segments keep their files until deleted"]
+pub struct RetiredSegments {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    paths: Vec<PathBuf>,
+    /// How many segments were retired.
+    pub segment_count: usize,
+    /// Their total `.log` bytes.
+    pub size_bytes: u64,
+}
+
+impl RetiredSegments {
+    /// Deletes the files and makes the deletion durable.
+    pub fn delete(self) -> Result<(), LogError> {
+        for path in &self.paths {
+            match self.storage.remove_file(path) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => return Err(LogError::Io { op: "delete", path: path.clone(), source }),
+            }
+        }
+        self.storage.sync_dir(&self.dir).map_err(LogError::io("sync directory", &self.dir))
+    }
+}
+
+impl Log {
+    /// The directory holding this log's files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// The first offset still held.
+    pub fn log_start_offset(&self) -> u64 {
+        self.segments.front().expect("a log always has a segment").base_offset
+    }
+
+    /// The offset the next record gets.
+    pub fn log_end_offset(&self) -> u64 {
+        self.active().next_offset
+    }
+
+    /// Every offset below this one is on disk.
+    pub fn durable_offset(&self) -> u64 {
+        self.durable_offset
+    }
+
+    /// Total bytes of all segments' `.log` files.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|segment| segment.size_bytes).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Base offsets of all segments, oldest first.
+    pub fn segment_base_offsets(&self) -> Vec<u64> {
+        self.segments.iter().map(|segment| segment.base_offset).collect()
+    }
+
+    /// What opening the log found and repaired.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// Why the log refuses writes, if it does.
+    pub fn fenced_reason(&self) -> Option<&str> {
+        self.fenced.as_deref()
+    }
+
+    /// Whether a flush round has something to do.
+    pub fn has_unflushed(&self) -> bool {
+        self.durable_offset < self.log_end_offset() || !self.unsynced_sealed.is_empty() || self.dir_dirty
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments.back().expect("a log always has a segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments.back_mut().expect("a log always has a segment")
+    }
+
+    fn check_not_fenced(&self) -> Result<(), LogError> {
+        match &self.fenced {
+            Some(reason) => Err(LogError::Fenced { dir: self.dir.clone(), reason: reason.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a write/sync failure: the on-disk state is unknown from here on.
+    fn fence<T>(&mut self, result: Result<T, LogError>) -> Result<T, LogError> {
+        if let Err(error) = &result {
+            self.fenced.get_or_insert_with(|| error.to_string());
+        }
+        result
+    }
+
+    /// Appends one or more batches laid back to back in `batches`: validates every
+    /// batch (size, magic, CRC) before writing any, stamps base offsets and
+    /// `leader_epoch` in place, and writes them with one write. All or nothing.
+    pub fn append(&mut self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
+        self.check_not_fenced()?;
+        let headers = self.validate_and_stamp(batches, leader_epoch)?;
+        let (first, last) = match (headers.first(), headers.last()) {
+            (Some(first), Some(last)) => (*first, *last),
+            _ => return Err(LogError::EmptyAppend),
+        };
+        let newest_timestamp = headers.iter().map(|header| header.max_timestamp).max().unwrap_or(-1);
+        if self.should_roll(batches.len() as u64, last.last_offset, newest_timestamp) {
+            self.roll()?;
+        }
+        let result = {
+            let config = self.config.clone();
+            self.active_mut().append(batches, &headers, &config)
+        };
+        self.fence(result)?;
+        Ok(AppendInfo { base_offset: first.base_offset, last_offset: last.last_offset, batch_count: headers.len() })
+    }
+
+    fn validate_and_stamp(&self, batches: &mut [u8], leader_epoch: i32) -> Result<Vec<BatchHeader>, LogError> {
+        let mut spans = Vec::new();
+        let mut rest: &[u8] = batches;
+        let mut position = 0usize;
+        while !rest.is_empty() {
+            let batch_index = spans.len();
+            let (view, tail) =
+                BatchView::split_first(rest).map_err(|source| LogError::InvalidBatch { batch_index, source })?;
+            if view.size_bytes() > self.config.batch_bytes_max as usize {
+                let batch_bytes_max = self.config.batch_bytes_max;
+                return Err(LogError::BatchTooLarge { batch_index, size_bytes: view.size_bytes(), batch_bytes_max });
+            }
+            view.validate().map_err(|source| LogError::InvalidBatch { batch_index, source })?;
+            spans.push((position, view.size_bytes(), view.last_offset_delta() as u64, view.max_timestamp()));
+            position += view.size_bytes();
+            rest = tail;
+        }
+        let mut next_offset = self.log_end_offset();
+        let mut headers = Vec::with_capacity(spans.len());
+        for (position, size_bytes, last_offset_delta, max_timestamp) in spans {
+            let batch = &mut batches[position..position + size_bytes];
+            set_base_offset(batch, next_offset as i64);
+            set_partition_leader_epoch(batch, leader_epoch);
+            let last_offset = next_offset + last_offset_delta;
+            headers.push(BatchHeader { base_offset: next_offset, last_offset, max_timestamp, size_bytes: size_bytes as u64 });
+            next_offset = last_offset + 1;
+        }
+        Ok(headers)
+    }
+
+    fn should_roll(&self, bytes: u64, last_offset: u64, newest_timestamp: i64) -> bool {
+        let active = self.active();
+        let too_old = active
+            .first_batch_timestamp
+            .is_some_and(|first| newest_timestamp.saturating_sub(first) > self.config.segment_ms);
+        active.is_full_for(bytes, last_offset, &self.config) || (!active.is_empty() && too_old)
+    }
+
+    /// Seals the active segment and starts a new one at the log end offset. A no-op
+    /// on an empty active segment.
+    pub fn roll(&mut self) -> Result<(), LogError> {
+        self.check_not_fenced()?;
+        if self.active().is_empty() {
+            return Ok(());
+        }
+        let result = self.roll_inner();
+        self.fence(result)
+    }
+
+    fn roll_inner(&mut self) -> Result<(), LogError> {
+        let storage = self.storage.clone();
+        let base_offset = self.log_end_offset();
+        self.active_mut().seal(storage.as_ref())?;
+        let sealed_base = self.active().base_offset;
+        self.unsynced_sealed.push(sealed_base);
+        let segment = Segment::create(storage.as_ref(), &self.dir, base_offset, &self.config)?;
+        self.segments.push_back(segment);
+        self.dir_dirty = true;
+        Ok(())
+    }
+
+    /// Plans a read of up to `max_bytes` of whole batches from the batch holding
+    /// `offset`, never reaching `offset_end` (default: the log end offset). Fails with
+    /// [`LogError::OffsetOutOfRange`] outside `[log start, log end]`; at the log end
+    /// the plan reads nothing.
+    pub fn read(&self, offset: u64, max_bytes: usize, offset_end: Option<u64>) -> Result<ReadPlan, LogError> {
+        let (log_start_offset, log_end_offset) = (self.log_start_offset(), self.log_end_offset());
+        if offset < log_start_offset || offset > log_end_offset {
+            return Err(LogError::OffsetOutOfRange { offset, log_start_offset, log_end_offset });
+        }
+        let segment = self.segment_for(offset);
+        let offset_end = offset_end.unwrap_or(log_end_offset).min(log_end_offset);
+        Ok(ReadPlan {
+            file: (offset < offset_end).then(|| segment.log.clone()),
+            path: segment.log_path.clone(),
+            start_position: segment.index_position(offset),
+            end_position: segment.size_bytes,
+            offset,
+            offset_end,
+            max_bytes,
+            log_start_offset,
+            log_end_offset,
+        })
+    }
+
+    /// The segment that holds `offset` (the last one whose base is at or below it).
+    fn segment_for(&self, offset: u64) -> &Segment {
+        let index = self.segments.partition_point(|segment| segment.base_offset <= offset);
+        &self.segments[index.saturating_sub(1)]
+    }
+
+    /// The offset of the first record whose timestamp is `>= timestamp`, or `None`
+    /// when every record is older. For compressed batches the answer is the batch's
+    /// base offset (records are not decompressed here yet).
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<u64>, LogError> {
+        for segment in self.segments.iter().filter(|segment| segment.max_timestamp >= timestamp) {
+            let base_offset = segment.base_offset;
+            let start_offset = segment
+                .time_index
+                .last_where(|entry| entry.timestamp < timestamp)
+                .map_or(base_offset, |entry| base_offset + entry.relative_offset as u64);
+            let mut position = segment.index_position(start_offset);
+            while let Some((found, header)) =
+                locate_batch(segment.log.as_ref(), &segment.log_path, position, segment.size_bytes, start_offset)?
+            {
+                if header.max_timestamp >= timestamp {
+                    return self.first_record_at_or_after(segment, found, &header, timestamp).map(Some);
+                }
+                position = found + header.size_bytes;
+            }
+        }
+        Ok(None)
+    }
+
+    fn first_record_at_or_after(
+        &self,
+        segment: &Segment,
+        position: u64,
+        header: &BatchHeader,
+        timestamp: i64,
+    ) -> Result<u64, LogError> {
+        let mut bytes = vec![0u8; header.size_bytes as usize];
+        segment.log.read_exact_at(&mut bytes, position).map_err(LogError::io("read", &segment.log_path))?;
+        let Ok(batch) = RecordBatch::decode(&bytes) else { return Ok(header.base_offset) };
+        let record = batch.records.iter().find(|record| batch.base_timestamp + record.timestamp_delta >= timestamp);
+        Ok(record.map_or(header.base_offset, |record| header.base_offset + record.offset_delta as u64))
+    }
+
+    /// Removes every batch whose last offset is `>= offset` (for replication: a
+    /// batch holding `offset` goes whole). Below the log start, empties the log and
+    /// restarts it at `offset`. Durable when it returns. Returns the new log end offset.
+    pub fn truncate_to(&mut self, offset: u64) -> Result<u64, LogError> {
+        self.check_not_fenced()?;
+        if offset >= self.log_end_offset() {
+            return Ok(self.log_end_offset());
+        }
+        let result = self.truncate_inner(offset);
+        self.fence(result)
+    }
+
+    fn truncate_inner(&mut self, offset: u64) -> Result<u64, LogError> {
+        let storage = self.storage.clone();
+        let restart = offset < self.log_start_offset();
+        let mut removed = Vec::new();
+        while self.segments.back().is_some_and(|segment| restart || segment.base_offset > offset) {
+            removed.extend(self.segments.pop_back().expect("checked non-empty").paths());
+        }
+        for path in &removed {
+            storage.remove_file(path).map_err(LogError::io("delete", path))?;
+        }
+        if restart {
+            self.segments.push_back(Segment::create(storage.as_ref(), &self.dir, offset, &self.config)?);
+        }
+        storage.sync_dir(&self.dir).map_err(LogError::io("sync directory", &self.dir))?;
+        let active_base = self.active().base_offset;
+        self.unsynced_sealed.retain(|base| *base < active_base);
+        if !removed.is_empty() && !restart {
+            let config = self.config.clone();
+            self.active_mut().unseal(storage.as_ref(), &config)?;
+        }
+        let log_end_offset = self.active_mut().truncate_to(offset)?;
+        let active = self.active();
+        active.log.sync_data().map_err(LogError::io("sync", &active.log_path))?;
+        self.generation += 1;
+        self.durable_offset = self.durable_offset.min(log_end_offset);
+        if self.recovery_point > log_end_offset {
+            write_recovery_point(storage.as_ref(), &self.dir, log_end_offset)?;
+            self.recovery_point = log_end_offset;
+        }
+        Ok(log_end_offset)
+    }
+
+    /// Starts a flush round, or `None` when everything is already durable.
+    pub fn begin_flush(&mut self) -> Option<FlushTicket> {
+        if self.fenced.is_some() || !self.has_unflushed() {
+            return None;
+        }
+        let mut logs = Vec::new();
+        let mut sealed_index_paths = Vec::new();
+        for segment in self.segments.iter().filter(|segment| self.unsynced_sealed.contains(&segment.base_offset)) {
+            logs.push((segment.log_path.clone(), segment.log.clone()));
+            sealed_index_paths.extend(segment.paths().into_iter().skip(1));
+        }
+        let active = self.active();
+        logs.push((active.log_path.clone(), active.log.clone()));
+        let ticket = FlushTicket {
+            storage: self.storage.clone(),
+            dir: self.dir.clone(),
+            target_offset: self.log_end_offset(),
+            logs,
+            sealed_index_paths,
+            sync_dir: self.dir_dirty,
+            generation: self.generation,
+        };
+        self.unsynced_sealed.clear();
+        self.dir_dirty = false;
+        Some(ticket)
+    }
+
+    /// Ends a flush round with the result of [`FlushTicket::execute`]; returns the
+    /// durable offset. A failed sync fences the log (its data may be lost: fsync
+    /// errors are not retryable).
+    pub fn complete_flush(&mut self, ticket: FlushTicket, result: Result<(), LogError>) -> Result<u64, LogError> {
+        self.fence(result)?;
+        if ticket.generation == self.generation {
+            if !ticket.sealed_index_paths.is_empty() {
+                self.recovery_point = ticket.target_offset;
+            }
+            self.durable_offset = self.durable_offset.max(ticket.target_offset.min(self.log_end_offset()));
+        }
+        Ok(self.durable_offset)
+    }
+
+    /// Flushes everything now (begin, execute and complete in one call).
+    pub fn flush(&mut self) -> Result<u64, LogError> {
+        self.check_not_fenced()?;
+        if let Some(ticket) = self.begin_flush() {
+            let result = ticket.execute();
+            self.complete_flush(ticket, result)?;
+        }
+        Ok(self.durable_offset)
+    }
+
+    /// Detaches the segments retention deletes at `now_ms` (rolling an expired
+    /// active segment first). The log start offset moves at once; the files go when
+    /// the caller runs [`RetiredSegments::delete`].
+    pub fn apply_retention(&mut self, now_ms: i64) -> Result<Option<RetiredSegments>, LogError> {
+        self.check_not_fenced()?;
+        let summaries: Vec<SegmentSummary> = self
+            .segments
+            .iter()
+            .map(|segment| SegmentSummary { size_bytes: segment.size_bytes, max_timestamp: segment.max_timestamp })
+            .collect();
+        let count = deletable_prefix(&summaries, &self.config, now_ms);
+        if count == 0 {
+            return Ok(None);
+        }
+        if count == self.segments.len() {
+            self.roll()?;
+        }
+        let mut paths = Vec::new();
+        let mut size_bytes = 0;
+        for segment in self.segments.drain(..count) {
+            self.unsynced_sealed.retain(|base| *base != segment.base_offset);
+            size_bytes += segment.size_bytes;
+            paths.extend(segment.paths());
+        }
+        let dir = self.dir.clone();
+        Ok(Some(RetiredSegments { storage: self.storage.clone(), dir, paths, segment_count: count, size_bytes }))
+    }
+
+    /// Clean shutdown: flush everything, trim the active indexes, checkpoint, and
+    /// write the clean-shutdown marker so the next open scans nothing.
+    pub fn close(mut self) -> Result<(), LogError> {
+        self.flush()?;
+        let storage = self.storage.clone();
+        let result = self.close_inner(storage.as_ref());
+        self.fence(result)
+    }
+
+    fn close_inner(&mut self, storage: &dyn Storage) -> Result<(), LogError> {
+        self.active_mut().seal(storage)?;
+        for path in self.active().paths().iter().skip(1) {
+            let file = storage.open(path, false).map_err(LogError::io("open", path))?;
+            file.sync_data().map_err(LogError::io("sync", path))?;
+        }
+        write_recovery_point(storage, &self.dir, self.log_end_offset())?;
+        self.recovery_point = self.log_end_offset();
+        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
+        let file = storage.open(&marker, true).map_err(LogError::io("create", &marker))?;
+        file.sync_data().map_err(LogError::io("sync", &marker))?;
+        storage.sync_dir(&self.dir).map_err(LogError::io("sync directory", &self.dir))
+    }
+}

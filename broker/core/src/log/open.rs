@@ -1,0 +1,243 @@
+//! Opening a partition log: loading segments and, after an unclean stop, recovery.
+//!
+//! 1. List the directory; drop leftovers (index files without a `.log`, a
+//!    half-written checkpoint).
+//! 2. If `clean-shutdown` exists, trust every segment (sanity-check indexes, walk
+//!    only each segment's last few batches), remove the marker durably, done.
+//! 3. Otherwise read the recovery point. Segments before the one holding it were
+//!    synced whole: trust them (rebuilding an index that fails its sanity check; any
+//!    damage found then fences the partition). Scan the segment holding the recovery
+//!    point and every later one batch by batch (`scan.rs`), rebuilding their indexes.
+//! 4. The first torn segment is truncated at the tear and every later segment is
+//!    deleted (nothing after a tear was durable: syncs cover whole prefixes). A gap
+//!    between segments is a tear at the end of the earlier one. Corruption fences.
+//! 5. Sync what recovery changed, checkpoint the new end, and open for appends.
+//!
+//! A recovery point beyond the log end (a checkpoint raced a truncation) only means
+//! the last segment is scanned, which step 3 does anyway.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::checkpoint::{read_recovery_point, write_recovery_point, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_TMP_FILE};
+use super::scan::ScanEnd;
+use super::segment::{parse_file_name, Segment};
+use super::{Log, LogConfig, LogError};
+use crate::storage::Storage;
+
+/// What [`Log::open`] found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The previous stop was clean: nothing was scanned.
+    pub clean_shutdown: bool,
+    /// Segments validated batch by batch.
+    pub segments_scanned: usize,
+    /// Trusted segments whose indexes had to be rebuilt.
+    pub indexes_rebuilt: usize,
+    /// Bytes cut from a torn tail.
+    pub truncated_bytes: u64,
+    /// Segments deleted because they lay after a tear.
+    pub segments_removed: usize,
+}
+
+impl Log {
+    /// Opens (creating if needed) the log in `dir`, recovering it after an unclean
+    /// stop. Fails with [`LogError::Corrupt`] when damage other than a torn tail is
+    /// found: the partition must then stay offline.
+    pub fn open(storage: Arc<dyn Storage>, dir: PathBuf, config: LogConfig) -> Result<Log, LogError> {
+        config.validate()?;
+        storage.create_dir_all(&dir).map_err(LogError::io("create directory", &dir))?;
+        let bases = tidy_directory(storage.as_ref(), &dir)?;
+        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean_shutdown = storage.exists(&marker);
+        let mut report = RecoveryReport { clean_shutdown, ..RecoveryReport::default() };
+        let mut segments = VecDeque::new();
+        if bases.is_empty() {
+            segments.push_back(Segment::create(storage.as_ref(), &dir, 0, &config)?);
+        } else if clean_shutdown {
+            for (index, &base) in bases.iter().enumerate() {
+                let active = index + 1 == bases.len();
+                segments.push_back(open_trusted(storage.as_ref(), &dir, base, &config, active, &mut report)?);
+            }
+        } else {
+            let recovery_point = read_recovery_point(storage.as_ref(), &dir);
+            let scan_from = bases.partition_point(|&base| base <= recovery_point).saturating_sub(1);
+            for &base in &bases[..scan_from] {
+                segments.push_back(open_trusted(storage.as_ref(), &dir, base, &config, false, &mut report)?);
+            }
+            recover_tail(storage.as_ref(), &dir, &bases[scan_from..], &config, &mut segments, &mut report)?;
+        }
+        let mut log = Log {
+            storage: storage.clone(),
+            dir: dir.clone(),
+            config,
+            segments,
+            durable_offset: 0,
+            recovery_point: 0,
+            unsynced_sealed: Vec::new(),
+            dir_dirty: false,
+            generation: 0,
+            fenced: None,
+            recovery: report,
+        };
+        log.make_durable_after_open(clean_shutdown)?;
+        Ok(log)
+    }
+
+    /// Syncs what recovery rebuilt, checkpoints, and removes the clean marker, so a
+    /// crash from here on recovers from this state.
+    fn make_durable_after_open(&mut self, clean_shutdown: bool) -> Result<(), LogError> {
+        let storage = self.storage.clone();
+        if !clean_shutdown {
+            for segment in &self.segments {
+                for path in segment.paths() {
+                    let file = storage.open(&path, false).map_err(LogError::io("open", &path))?;
+                    file.sync_data().map_err(LogError::io("sync", &path))?;
+                }
+            }
+        }
+        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
+        if clean_shutdown {
+            storage.remove_file(&marker).map_err(LogError::io("delete", &marker))?;
+        }
+        storage.sync_dir(&self.dir).map_err(LogError::io("sync directory", &self.dir))?;
+        write_recovery_point(storage.as_ref(), &self.dir, self.log_end_offset())?;
+        self.recovery_point = self.log_end_offset();
+        self.durable_offset = self.log_end_offset();
+        Ok(())
+    }
+}
+
+/// Base offsets of the segments in `dir`, ascending, after deleting leftovers.
+fn tidy_directory(storage: &dyn Storage, dir: &Path) -> Result<Vec<u64>, LogError> {
+    let names = storage.list_dir(dir).map_err(LogError::io("list directory", dir))?;
+    let mut files: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    let mut leftovers = Vec::new();
+    for name in names {
+        match parse_file_name(&name) {
+            Some((base, "log" | "index" | "timeindex")) => files.entry(base).or_default().push(name),
+            _ if name == RECOVERY_POINT_TMP_FILE => leftovers.push(name),
+            _ => {}
+        }
+    }
+    let mut bases = Vec::new();
+    for (base, names) in files {
+        if names.iter().any(|name| name.ends_with(".log")) {
+            bases.push(base);
+        } else {
+            leftovers.extend(names);
+        }
+    }
+    for name in &leftovers {
+        let path = dir.join(name);
+        storage.remove_file(&path).map_err(LogError::io("delete", &path))?;
+    }
+    Ok(bases)
+}
+
+/// Opens a segment that need not be scanned; rebuilds its indexes if they fail their
+/// sanity check, and fences on any damage found while doing so.
+fn open_trusted(
+    storage: &dyn Storage,
+    dir: &Path,
+    base: u64,
+    config: &LogConfig,
+    active: bool,
+    report: &mut RecoveryReport,
+) -> Result<Segment, LogError> {
+    match Segment::open_trusted(storage, dir, base, config, active) {
+        Ok(segment) => Ok(segment),
+        Err(LogError::Io { source, .. }) if source.kind() != std::io::ErrorKind::NotFound && !is_bad_data(&source) => {
+            Err(LogError::Io { op: "open segment", path: dir.join(super::segment::file_name(base, "log")), source })
+        }
+        Err(_) => {
+            report.indexes_rebuilt += 1;
+            let recovered = Segment::recover(storage, dir, base, config)?;
+            match recovered.scan.end {
+                ScanEnd::Clean => {
+                    let mut segment = recovered.segment;
+                    if !active {
+                        segment.seal(storage)?;
+                    }
+                    Ok(segment)
+                }
+                ScanEnd::Torn { position, reason } | ScanEnd::Corrupt { position, reason } => {
+                    Err(recovered.segment.corrupt(position, format!("{reason} (in data that was synced)")))
+                }
+            }
+        }
+    }
+}
+
+fn is_bad_data(error: &std::io::Error) -> bool {
+    matches!(error.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof)
+}
+
+/// Scans `bases` in order, truncating at the first tear; pushes the kept segments.
+fn recover_tail(
+    storage: &dyn Storage,
+    dir: &Path,
+    bases: &[u64],
+    config: &LogConfig,
+    segments: &mut VecDeque<Segment>,
+    report: &mut RecoveryReport,
+) -> Result<(), LogError> {
+    let first_recovered = segments.len();
+    for (index, &base) in bases.iter().enumerate() {
+        let expected_base = segments.back().map(|segment: &Segment| segment.next_offset);
+        if expected_base.is_some_and(|expected| expected > base) {
+            let previous = segments.back().expect("checked above");
+            let reason = format!("segment {base} overlaps the previous one, which ends at {}", previous.next_offset);
+            return Err(previous.corrupt(previous.size_bytes, reason));
+        }
+        if expected_base.is_some_and(|expected| expected < base) {
+            // A gap: the previous segment lost its tail, so nothing from here on was durable.
+            remove_segments(storage, dir, &bases[index..], report)?;
+            break;
+        }
+        report.segments_scanned += 1;
+        let mut recovered = Segment::recover(storage, dir, base, config)?;
+        match recovered.scan.end {
+            ScanEnd::Clean => segments.push_back(recovered.segment),
+            ScanEnd::Corrupt { position, reason } => return Err(recovered.segment.corrupt(position, reason)),
+            ScanEnd::Torn { position, .. } => {
+                let segment = &mut recovered.segment;
+                let file_len = segment.log.len().map_err(LogError::io("stat", &segment.log_path))?;
+                segment.log.set_len(position).map_err(LogError::io("truncate", &segment.log_path))?;
+                report.truncated_bytes += file_len - position;
+                segments.push_back(recovered.segment);
+                remove_segments(storage, dir, &bases[index + 1..], report)?;
+                break;
+            }
+        }
+    }
+    if segments.is_empty() {
+        let base = bases.first().copied().unwrap_or(0);
+        segments.push_back(Segment::create(storage, dir, base, config)?);
+    }
+    let last = segments.len() - 1;
+    if last < first_recovered {
+        // Every scanned segment lay after a tear: a trusted, sealed segment is active again.
+        segments[last].unseal(storage, config)?;
+    }
+    for segment in segments.range_mut(first_recovered.min(last)..last) {
+        segment.seal(storage)?;
+    }
+    Ok(())
+}
+
+fn remove_segments(storage: &dyn Storage, dir: &Path, bases: &[u64], report: &mut RecoveryReport) -> Result<(), LogError> {
+    for &base in bases {
+        report.segments_removed += 1;
+        for extension in ["log", "index", "timeindex"] {
+            let path = dir.join(super::segment::file_name(base, extension));
+            match storage.remove_file(&path) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => return Err(LogError::Io { op: "delete", path, source }),
+            }
+        }
+    }
+    Ok(())
+}

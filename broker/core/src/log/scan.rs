@@ -1,0 +1,179 @@
+//! Sequential validation of a segment's `.log` file: the heart of recovery.
+//!
+//! The scan walks batches from position 0, checking for each: a whole header, a
+//! plausible length, the batch inside the file, magic 2, the CRC-32C, and that its
+//! base offset continues the previous batch. At the first batch that fails it
+//! decides what kind of damage it found:
+//!
+//! 1. **Torn tail** — the last write did not fully reach the disk: the batch ends past
+//!    the end of the file (or only zeros follow), *and no valid batch follows
+//!    anywhere after it*. Nothing there was ever durable (a sync covers whole
+//!    appends), so recovery truncates at that position.
+//! 2. **Corruption** — a whole batch fails its checks, or valid batches follow the
+//!    damaged one. Durable, possibly acknowledged data is damaged: the partition is
+//!    fenced and nothing is truncated.
+//!
+//! The scan reads through a bounded chunk buffer (`SCAN_CHUNK_BYTES`), never the
+//! whole segment at once.
+
+use std::io;
+
+use abi::batch::{field, BatchView, LOG_OVERHEAD_BYTES, MAGIC_V2};
+
+use super::header::{batch_length, BatchHeader, BATCH_LENGTH_MIN};
+use crate::storage::File;
+
+/// Bytes read from the file per refill.
+const SCAN_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// How a scan ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ScanEnd {
+    /// Every byte belongs to a valid batch.
+    Clean,
+    /// The file ends in an incomplete write starting at `position`.
+    Torn { position: u64, reason: String },
+    /// Damage at `position` that is not a torn write.
+    Corrupt { position: u64, reason: String },
+}
+
+/// The outcome of scanning one segment.
+#[derive(Debug)]
+pub(crate) struct Scan {
+    pub end: ScanEnd,
+}
+
+/// Reads a file through one reusable buffer.
+struct ChunkReader<'a> {
+    file: &'a dyn File,
+    file_len: u64,
+    buffer: Vec<u8>,
+    buffer_start: u64,
+}
+
+impl<'a> ChunkReader<'a> {
+    fn new(file: &'a dyn File, file_len: u64) -> ChunkReader<'a> {
+        ChunkReader { file, file_len, buffer: Vec::new(), buffer_start: 0 }
+    }
+
+    /// `len` bytes at `position`; the caller keeps the range inside the file.
+    fn bytes(&mut self, position: u64, len: usize) -> io::Result<&[u8]> {
+        let buffer_end = self.buffer_start + self.buffer.len() as u64;
+        if position < self.buffer_start || position + len as u64 > buffer_end {
+            let want = len.max(SCAN_CHUNK_BYTES).min((self.file_len - position) as usize).max(len);
+            self.buffer.resize(want, 0);
+            self.file.read_exact_at(&mut self.buffer, position)?;
+            self.buffer_start = position;
+        }
+        let start = (position - self.buffer_start) as usize;
+        Ok(&self.buffer[start..start + len])
+    }
+}
+
+/// Why the batch at `position` is not acceptable, and whether it is whole.
+enum Defect {
+    Incomplete(String),
+    Invalid(String),
+}
+
+/// Scans `file` (of `file_len` bytes) whose first batch must have `base_offset`;
+/// `on_batch(position, header)` sees every valid batch in order.
+pub(crate) fn scan_segment(
+    file: &dyn File,
+    file_len: u64,
+    base_offset: u64,
+    mut on_batch: impl FnMut(u64, &BatchHeader),
+) -> io::Result<Scan> {
+    let mut reader = ChunkReader::new(file, file_len);
+    let mut position = 0u64;
+    let mut next_offset = base_offset;
+    while position < file_len {
+        match check_batch(&mut reader, position, next_offset)? {
+            Ok(header) => {
+                on_batch(position, &header);
+                next_offset = header.next_offset();
+                position += header.size_bytes;
+            }
+            Err(defect) => {
+                let end = classify(&mut reader, position, defect)?;
+                return Ok(Scan { end });
+            }
+        }
+    }
+    Ok(Scan { end: ScanEnd::Clean })
+}
+
+fn check_batch(reader: &mut ChunkReader<'_>, position: u64, expected_offset: u64) -> io::Result<Result<BatchHeader, Defect>> {
+    let remaining = reader.file_len - position;
+    if remaining < LOG_OVERHEAD_BYTES as u64 {
+        return Ok(Err(Defect::Incomplete(format!("{remaining} bytes left, less than a batch header"))));
+    }
+    let length = batch_length(reader.bytes(position, LOG_OVERHEAD_BYTES)?);
+    if length < BATCH_LENGTH_MIN {
+        return Ok(Err(Defect::Invalid(format!("impossible batch length {length}"))));
+    }
+    let size_bytes = LOG_OVERHEAD_BYTES as u64 + length as u64;
+    if size_bytes > remaining {
+        return Ok(Err(Defect::Incomplete(format!("batch of {size_bytes} bytes, only {remaining} in the file"))));
+    }
+    let bytes = reader.bytes(position, size_bytes as usize)?;
+    if let Err(error) = BatchView::new(bytes).and_then(|view| view.validate()) {
+        return Ok(Err(Defect::Invalid(error.to_string())));
+    }
+    let header = BatchHeader::parse(bytes).ok_or_else(|| io::Error::other("validated batch header unparsable"))?;
+    if header.base_offset != expected_offset {
+        let reason = format!("base offset {} where {expected_offset} was expected", header.base_offset);
+        return Ok(Err(Defect::Invalid(reason)));
+    }
+    Ok(Ok(header))
+}
+
+fn classify(reader: &mut ChunkReader<'_>, position: u64, defect: Defect) -> io::Result<ScanEnd> {
+    match defect {
+        Defect::Incomplete(reason) => match valid_batch_after(reader, position + 1)? {
+            Some(later) => Ok(ScanEnd::Corrupt {
+                position,
+                reason: format!("{reason}, yet a valid batch follows at byte {later}"),
+            }),
+            None => Ok(ScanEnd::Torn { position, reason }),
+        },
+        Defect::Invalid(reason) if zeros_from(reader, position)? => {
+            Ok(ScanEnd::Torn { position, reason: format!("{reason} (only zeros to the end)") })
+        }
+        Defect::Invalid(reason) => Ok(ScanEnd::Corrupt { position, reason }),
+    }
+}
+
+/// Whether every byte from `position` to the end is zero.
+fn zeros_from(reader: &mut ChunkReader<'_>, mut position: u64) -> io::Result<bool> {
+    while position < reader.file_len {
+        let len = ((reader.file_len - position) as usize).min(SCAN_CHUNK_BYTES);
+        if reader.bytes(position, len)?.iter().any(|&byte| byte != 0) {
+            return Ok(false);
+        }
+        position += len as u64;
+    }
+    Ok(true)
+}
+
+/// The position of the first valid batch starting at or after `from`, if any.
+fn valid_batch_after(reader: &mut ChunkReader<'_>, from: u64) -> io::Result<Option<u64>> {
+    let header_bytes = abi::batch::BATCH_HEADER_BYTES as u64;
+    let mut candidate = from;
+    while candidate + header_bytes <= reader.file_len {
+        let header = reader.bytes(candidate, header_bytes as usize)?;
+        let length = batch_length(header);
+        let plausible = header[field::MAGIC] as i8 == MAGIC_V2
+            && length >= BATCH_LENGTH_MIN
+            && candidate + LOG_OVERHEAD_BYTES as u64 + length as u64 <= reader.file_len;
+        if plausible {
+            let size_bytes = LOG_OVERHEAD_BYTES + length as usize;
+            let bytes = reader.bytes(candidate, size_bytes)?;
+            if BatchView::new(bytes).and_then(|view| view.validate()).is_ok() {
+                return Ok(Some(candidate));
+            }
+        }
+        candidate += 1;
+    }
+    Ok(None)
+}

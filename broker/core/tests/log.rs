@@ -1,0 +1,184 @@
+//! Behaviour of the partition log through its public API, on the in-memory storage.
+
+mod support;
+
+use broker_core::log::{LogConfig, LogError};
+use broker_core::storage::mem::MemStorage;
+use broker_core::storage::Storage;
+use support::{batch, open, read_all, records_of, small_config};
+
+fn value(index: usize) -> Vec<u8> {
+    format!("value-{index:05}-{}", "x".repeat(index % 50)).into_bytes()
+}
+
+#[test]
+fn append_assigns_dense_offsets_and_reads_return_the_same_bytes() {
+    let storage = MemStorage::new();
+    let mut log = open(&storage, &small_config()).unwrap();
+    let mut expected = Vec::new();
+    for index in 0..100 {
+        let records: Vec<(i64, Vec<u8>)> = (0..3).map(|i| (1000 + index as i64, value(index * 3 + i))).collect();
+        let mut bytes = batch(&records);
+        let info = log.append(&mut bytes, 7).unwrap();
+        assert_eq!(info.base_offset, index as u64 * 3);
+        assert_eq!(info.last_offset, index as u64 * 3 + 2);
+        expected.extend(records.into_iter().map(|(_, value)| value));
+    }
+    assert!(log.segment_count() > 3, "small segments roll");
+    let values: Vec<Vec<u8>> = read_all(&log, 700).into_iter().map(|record| record.value).collect();
+    assert_eq!(values, expected);
+    let mut buffer = Vec::new();
+    log.read(151, 1, None).unwrap().read_into(&mut buffer).unwrap();
+    let view = abi::batch::BatchView::new(&buffer).unwrap();
+    assert_eq!((view.base_offset(), view.partition_leader_epoch()), (150, 7), "whole batch holding 151, stamped");
+    view.validate().unwrap();
+}
+
+#[test]
+fn append_rejects_bad_batches_and_writes_nothing() {
+    let storage = MemStorage::new();
+    let mut log = open(&storage, &small_config()).unwrap();
+    let good = batch(&[(1, b"a".to_vec())]);
+    let mut corrupt = good.clone();
+    *corrupt.last_mut().unwrap() ^= 0xff;
+    let mut request = [good.clone(), corrupt].concat();
+    let error = log.append(&mut request, 0).unwrap_err();
+    assert!(matches!(error, LogError::InvalidBatch { batch_index: 1, .. }), "{error}");
+    let mut huge = batch(&[(1, vec![0u8; 5000])]);
+    assert!(matches!(log.append(&mut huge, 0), Err(LogError::BatchTooLarge { .. })));
+    assert!(matches!(log.append(&mut [], 0), Err(LogError::EmptyAppend)));
+    let mut truncated = good[..good.len() - 1].to_vec();
+    assert!(matches!(log.append(&mut truncated, 0), Err(LogError::InvalidBatch { .. })));
+    assert_eq!(log.log_end_offset(), 0);
+    log.append(&mut good.clone(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 1);
+}
+
+#[test]
+fn reads_outside_the_log_are_out_of_range_and_at_the_end_are_empty() {
+    let storage = MemStorage::new();
+    let mut log = open(&storage, &small_config()).unwrap();
+    log.append(&mut batch(&[(1, b"a".to_vec())]), 0).unwrap();
+    assert!(matches!(log.read(2, 100, None), Err(LogError::OffsetOutOfRange { offset: 2, .. })));
+    let mut buffer = vec![1, 2, 3];
+    let info = log.read(1, 100, None).unwrap().read_into(&mut buffer).unwrap();
+    assert_eq!((info.batch_count, buffer.len()), (0, 0));
+    let info = log.read(0, 100, Some(0)).unwrap().read_into(&mut buffer).unwrap();
+    assert_eq!(info.batch_count, 0, "nothing at or beyond offset_end (the high watermark)");
+}
+
+#[test]
+fn offset_for_timestamp_finds_the_first_record_at_or_after() {
+    let storage = MemStorage::new();
+    let mut log = open(&storage, &small_config()).unwrap();
+    for index in 0..200i64 {
+        let timestamp = 10_000 + index * 10;
+        log.append(&mut batch(&[(timestamp, value(index as usize)), (timestamp + 5, b"b".to_vec())]), 0).unwrap();
+    }
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), Some(0));
+    assert_eq!(log.offset_for_timestamp(10_000 + 50 * 10).unwrap(), Some(100));
+    assert_eq!(log.offset_for_timestamp(10_000 + 50 * 10 + 3).unwrap(), Some(101), "inside a batch");
+    assert_eq!(log.offset_for_timestamp(10_000 + 199 * 10 + 5).unwrap(), Some(399));
+    assert_eq!(log.offset_for_timestamp(99_999).unwrap(), None);
+}
+
+#[test]
+fn clean_close_reopens_without_scanning_and_keeps_everything() {
+    let storage = MemStorage::new();
+    let config = small_config();
+    let mut log = open(&storage, &config).unwrap();
+    for index in 0..60 {
+        log.append(&mut batch(&[(index, value(index as usize))]), 0).unwrap();
+    }
+    let before = read_all(&log, 1000);
+    let segments = log.segment_base_offsets();
+    log.close().unwrap();
+    storage.crash(broker_core::storage::mem::CrashMode::ForgetUnsynced);
+    let mut log = open(&storage, &config).unwrap();
+    let report = log.recovery_report().clone();
+    assert!(report.clean_shutdown && report.segments_scanned == 0, "{report:?}");
+    assert_eq!(read_all(&log, 1000), before);
+    assert_eq!(log.segment_base_offsets(), segments);
+    assert_eq!(log.durable_offset(), 60);
+    log.append(&mut batch(&[(100, b"after".to_vec())]), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 61);
+    assert_eq!(log.offset_for_timestamp(59).unwrap(), Some(59), "time index survives the reopen");
+}
+
+#[test]
+fn retention_deletes_whole_old_segments_and_moves_the_log_start() {
+    let storage = MemStorage::new();
+    let config = LogConfig { retention_ms: Some(1000), ..small_config() };
+    let mut log = open(&storage, &config).unwrap();
+    for index in 0..100i64 {
+        log.append(&mut batch(&[(index * 100, value(index as usize))]), 0).unwrap();
+    }
+    let segments = log.segment_base_offsets();
+    let retired = log.apply_retention(5_000).unwrap().expect("old segments expire");
+    retired.delete().unwrap();
+    let start = log.log_start_offset();
+    assert!(segments.contains(&start) && start > 0 && start <= 40, "start {start}, segments {segments:?}");
+    assert!(matches!(log.read(0, 100, None), Err(LogError::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset == start));
+    assert_eq!(read_all(&log, 1000).first().map(|record| record.offset), Some(start));
+    assert!(!storage.exists(&log.dir().join("00000000000000000000.log")), "files are gone");
+
+    let retired = log.apply_retention(1_000_000).unwrap().expect("everything expired");
+    retired.delete().unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset(), log.segment_count()), (100, 100, 1));
+    log.append(&mut batch(&[(2_000_000, b"fresh".to_vec())]), 0).unwrap();
+    assert_eq!(records_of(&{
+        let mut buffer = Vec::new();
+        log.read(100, 100, None).unwrap().read_into(&mut buffer).unwrap();
+        buffer
+    })[0].value, b"fresh");
+}
+
+#[test]
+fn size_retention_keeps_at_least_the_limit() {
+    let storage = MemStorage::new();
+    let config = LogConfig { retention_bytes: Some(10_000), ..small_config() };
+    let mut log = open(&storage, &config).unwrap();
+    for index in 0..200 {
+        log.append(&mut batch(&[(index, value(index as usize))]), 0).unwrap();
+    }
+    let before = log.size_bytes();
+    log.apply_retention(0).unwrap().expect("over the limit").delete().unwrap();
+    assert!(log.size_bytes() >= 10_000 && log.size_bytes() < 10_000 + 4096, "{before} -> {}", log.size_bytes());
+}
+
+#[test]
+fn truncate_to_cuts_whole_batches_and_appends_continue() {
+    let storage = MemStorage::new();
+    let mut log = open(&storage, &small_config()).unwrap();
+    for index in 0..100 {
+        log.append(&mut batch(&[(index, value(index as usize)), (index, b"second".to_vec())]), 0).unwrap();
+    }
+    assert_eq!(log.truncate_to(151).unwrap(), 150, "the batch holding 151 goes whole");
+    assert_eq!(log.log_end_offset(), 150);
+    let info = log.append(&mut batch(&[(1, b"new".to_vec())]), 1).unwrap();
+    assert_eq!(info.base_offset, 150);
+    let records = read_all(&log, 512);
+    assert_eq!(records.len(), 151);
+    assert_eq!(records.last().unwrap().value, b"new");
+    assert_eq!(log.truncate_to(3).unwrap(), 2);
+    assert_eq!(read_all(&log, 512).len(), 2);
+    assert_eq!(log.segment_count(), 1);
+}
+
+#[test]
+fn time_based_roll_uses_record_timestamps() {
+    let storage = MemStorage::new();
+    let config = LogConfig { segment_ms: 1000, ..small_config() };
+    let mut log = open(&storage, &config).unwrap();
+    log.append(&mut batch(&[(10_000, b"a".to_vec())]), 0).unwrap();
+    log.append(&mut batch(&[(10_900, b"b".to_vec())]), 0).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    log.append(&mut batch(&[(11_001, b"c".to_vec())]), 0).unwrap();
+    assert_eq!(log.segment_base_offsets(), vec![0, 2]);
+}
+
+#[test]
+fn invalid_config_is_rejected_at_open() {
+    let config = LogConfig { segment_bytes_max: 1, ..LogConfig::default() };
+    assert!(matches!(open(&MemStorage::new(), &config), Err(LogError::Config(_))));
+}
