@@ -2,7 +2,7 @@
 //!
 //! It models the POSIX durability contract the log relies on (see the parent
 //! module): every file keeps its *live* contents (what reads see, the page cache)
-//! and its *durable* contents (as of the last `sync_data`/`flush`); the namespace
+//! and its *durable* contents (as of the last `sync_data`); the namespace
 //! keeps a live and a durable view, the durable one updated per directory by
 //! `sync_dir`. [`MemStorage::crash`] throws the live state away and keeps the durable
 //! one, optionally with a random prefix of each file's unsynced appended bytes (a torn
@@ -346,13 +346,6 @@ impl MapMut for MemMap {
             contents.live.resize(end, 0);
         }
         contents.live[position..end].copy_from_slice(data);
-    }
-
-    fn flush(&self) -> io::Result<()> {
-        drop(self.shared.mutate()?);
-        let mut contents = lock(&self.node.contents);
-        contents.durable = contents.live.clone();
-        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@
 //!
 //! Durability contract every implementation keeps (the log relies on exactly this):
 //! - file contents written with [`File::write_at`] or [`MapMut::write`] are durable
-//!   only after [`File::sync_data`] / [`MapMut::flush`] on that file returns;
+//!   only after [`File::sync_data`] on that file returns;
 //! - a file size change is durable with the next `sync_data` of that file;
 //! - creating, removing or renaming a directory entry is durable only after
 //!   [`Storage::sync_dir`] of its parent directory returns.
@@ -83,7 +83,6 @@ pub trait MapMut: Send + Sync + fmt::Debug {
     /// The mapped bytes.
     fn bytes(&self) -> &[u8];
     /// Copies `data` into the map at `position`. Panics when out of bounds (a bug).
+    /// Durable after the next [`File::sync_data`] of the same file.
     fn write(&mut self, position: usize, data: &[u8]);
-    /// msync: makes the mapped contents durable.
-    fn flush(&self) -> io::Result<()>;
 }

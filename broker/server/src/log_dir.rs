@@ -1,0 +1,244 @@
+//! [`LogDir`]: every partition log under one broker's data directory, plus the
+//! background work they need.
+//!
+//! Layout: `<data_dir>/<topic>-<partition>/` per partition (topic names may contain
+//! `-`; the partition number is after the last one). Opening the data directory
+//! opens (and, after an unclean stop, recovers) every partition; a partition whose
+//! recovery finds corruption stays *offline* with its error while the others serve.
+//!
+//! One background thread wakes every `tick_ms` and: queues a flush round for
+//! partitions under `flush.policy=interval` whose `flush.ms` elapsed, and applies
+//! retention every `retention_check_interval_ms` (file deletion happens without the
+//! partition lock, so appends are never blocked by it).
+//!
+//! [`LogDir::shutdown`] stops the thread and closes every partition cleanly (flush,
+//! checkpoint, clean-shutdown marker), so the next start scans nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use broker_core::log::{FlushPolicy, LogConfig, LogError};
+use broker_core::storage::Storage;
+
+use crate::flusher::Flusher;
+use crate::partition::Partition;
+use crate::storage::FileStorage;
+
+/// Settings of the data directory.
+#[derive(Clone, Debug)]
+pub struct LogDirConfig {
+    pub data_dir: PathBuf,
+    /// Config of partitions (per-topic overrides arrive with topic management).
+    pub log: LogConfig,
+    /// Threads running fdatasync rounds.
+    pub flush_threads: usize,
+    /// How often retention runs (`log.retention.check.interval.ms`).
+    pub retention_check_interval_ms: u64,
+}
+
+impl LogDirConfig {
+    /// Defaults for `data_dir`.
+    pub fn new(data_dir: PathBuf) -> LogDirConfig {
+        LogDirConfig { data_dir, log: LogConfig::default(), flush_threads: 2, retention_check_interval_ms: 300_000 }
+    }
+}
+
+/// A partition that could not be opened, and why.
+#[derive(Debug)]
+pub struct OfflinePartition {
+    pub name: String,
+    pub error: LogError,
+}
+
+/// The open data directory.
+#[derive(Debug)]
+pub struct LogDir {
+    shared: Arc<Shared>,
+    background: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    storage: Arc<dyn Storage>,
+    config: LogDirConfig,
+    flusher: Flusher,
+    partitions: Mutex<BTreeMap<String, Partition>>,
+    offline: Mutex<Vec<OfflinePartition>>,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+/// Splits `orders-3` into `("orders", 3)`.
+pub fn parse_partition_dir(name: &str) -> Option<(&str, u32)> {
+    let (topic, partition) = name.rsplit_once('-')?;
+    if topic.is_empty() || partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((topic, partition.parse().ok()?))
+}
+
+impl LogDir {
+    /// Opens every partition under `config.data_dir` (creating the directory).
+    pub fn open(config: LogDirConfig) -> Result<LogDir, LogError> {
+        config.log.validate()?;
+        let storage: Arc<dyn Storage> = Arc::new(FileStorage);
+        let data_dir = config.data_dir.clone();
+        storage.create_dir_all(&data_dir).map_err(|source| LogError::Io { op: "create directory", path: data_dir.clone(), source })?;
+        let flusher = Flusher::start(config.flush_threads);
+        let shared = Arc::new(Shared {
+            storage,
+            config,
+            flusher,
+            partitions: Mutex::new(BTreeMap::new()),
+            offline: Mutex::new(Vec::new()),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let mut names = shared.storage.list_dir(&data_dir).map_err(|source| LogError::Io { op: "list directory", path: data_dir.clone(), source })?;
+        names.sort();
+        for name in names.into_iter().filter(|name| parse_partition_dir(name).is_some()) {
+            match shared.open_partition(&name) {
+                Ok(partition) => {
+                    lock(&shared.partitions).insert(name, partition);
+                }
+                Err(error) => {
+                    tracing::error!(partition = %name, %error, "partition offline");
+                    lock(&shared.offline).push(OfflinePartition { name, error });
+                }
+            }
+        }
+        let background = {
+            let shared = shared.clone();
+            thread::Builder::new()
+                .name("weir-log-dir".to_owned())
+                .spawn(move || shared.run_background())
+                .map_err(|source| LogError::Io { op: "spawn background thread", path: data_dir, source })?
+        };
+        Ok(LogDir { shared, background: Some(background) })
+    }
+
+    /// The data directory.
+    pub fn path(&self) -> &Path {
+        &self.shared.config.data_dir
+    }
+
+    /// Creates (or opens) the log of `topic`'s `partition`.
+    pub fn create_partition(&self, topic: &str, partition: u32) -> Result<Partition, LogError> {
+        let name = format!("{topic}-{partition}");
+        if let Some(existing) = lock(&self.shared.partitions).get(&name) {
+            return Ok(existing.clone());
+        }
+        let opened = self.shared.open_partition(&name)?;
+        Ok(lock(&self.shared.partitions).entry(name).or_insert(opened).clone())
+    }
+
+    /// The open partition named `topic-partition`.
+    pub fn partition(&self, name: &str) -> Option<Partition> {
+        lock(&self.shared.partitions).get(name).cloned()
+    }
+
+    /// Every open partition, by name.
+    pub fn partitions(&self) -> Vec<Partition> {
+        lock(&self.shared.partitions).values().cloned().collect()
+    }
+
+    /// Names and errors of partitions that failed to open.
+    pub fn offline(&self) -> Vec<(String, String)> {
+        lock(&self.shared.offline).iter().map(|offline| (offline.name.clone(), offline.error.to_string())).collect()
+    }
+
+    /// Stops background work and closes every partition cleanly. Returns the
+    /// errors of partitions that could not be closed cleanly.
+    pub fn shutdown(mut self) -> Vec<(String, LogError)> {
+        self.stop_background();
+        let partitions = std::mem::take(&mut *lock(&self.shared.partitions));
+        let mut errors = Vec::new();
+        for (name, partition) in partitions {
+            if let Err(error) = partition.close() {
+                errors.push((name, error));
+            }
+        }
+        errors
+    }
+
+    fn stop_background(&mut self) {
+        *lock(&self.shared.stop) = true;
+        self.shared.wake.notify_all();
+        if let Some(background) = self.background.take() {
+            let _ = background.join();
+        }
+    }
+}
+
+impl Drop for LogDir {
+    fn drop(&mut self) {
+        self.stop_background();
+    }
+}
+
+impl Shared {
+    fn open_partition(&self, name: &str) -> Result<Partition, LogError> {
+        let dir = self.config.data_dir.join(name);
+        let partition = Partition::open(self.storage.clone(), name.to_owned(), dir, self.config.log.clone(), self.flusher.clone())?;
+        let report = partition.with_log(|log| Ok(log.recovery_report().clone()))?;
+        if !report.clean_shutdown {
+            tracing::warn!(
+                partition = %name,
+                segments_scanned = report.segments_scanned,
+                truncated_bytes = report.truncated_bytes,
+                segments_removed = report.segments_removed,
+                "recovered after an unclean stop"
+            );
+        }
+        Ok(partition)
+    }
+
+    fn run_background(&self) {
+        let config = &self.config;
+        let tick_ms = config.log.flush_interval_ms.min(config.retention_check_interval_ms).clamp(10, 1000);
+        let (mut last_flush_ms, mut last_retention_ms) = (now_ms(), now_ms());
+        loop {
+            let stop = lock(&self.stop);
+            let (stop, _) = self
+                .wake
+                .wait_timeout_while(stop, Duration::from_millis(tick_ms), |stop| !*stop)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if *stop {
+                return;
+            }
+            drop(stop);
+            let now = now_ms();
+            let partitions: Vec<Partition> = lock(&self.partitions).values().cloned().collect();
+            if config.log.flush_policy == FlushPolicy::Interval && now - last_flush_ms >= config.log.flush_interval_ms as i64 {
+                last_flush_ms = now;
+                partitions.iter().for_each(Partition::schedule_round);
+            }
+            if now - last_retention_ms >= config.retention_check_interval_ms as i64 {
+                last_retention_ms = now;
+                partitions.iter().for_each(|partition| apply_retention(partition, now));
+            }
+        }
+    }
+}
+
+fn apply_retention(partition: &Partition, now: i64) {
+    match partition.apply_retention(now) {
+        Ok((0, _)) => {}
+        Ok((segment_count, size_bytes)) => {
+            tracing::info!(partition = %partition.name(), segment_count, size_bytes, "retention deleted segments");
+        }
+        Err(error) => tracing::warn!(partition = %partition.name(), %error, "retention failed"),
+    }
+}

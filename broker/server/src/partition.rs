@@ -1,0 +1,217 @@
+//! [`Partition`]: one partition's [`Log`] shared by appenders, readers, the flusher
+//! and retention, with group commit.
+//!
+//! Locking: one mutex around the `Log`, held only for in-memory work and page-cache
+//! writes. Reads are planned under it and executed outside; fdatasync rounds run
+//! outside it (see `broker_core::log::FlushTicket`); retention deletes files outside it.
+//!
+//! Group commit (`flush.policy=always`): an append marks the partition dirty and,
+//! if no round is queued, queues one on the [`Flusher`]. A round syncs everything
+//! appended before it started; appends arriving during the round set the
+//! partition dirty again and are covered by the next round. Appenders wait with
+//! [`Partition::wait_durable`] on a watch of the durable offset. At most one round
+//! per partition runs at a time.
+//!
+//! Invariants: the published durable offset only grows; once the log is fenced the
+//! watch says so and every waiter gets the error instead of waiting forever.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use broker_core::log::{AppendInfo, FlushPolicy, Log, LogConfig, LogError, ReadInfo};
+use broker_core::storage::Storage;
+use tokio::sync::watch;
+
+use crate::flusher::Flusher;
+
+/// Durability as published to waiters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Every offset below this one is on disk.
+    Durable(u64),
+    /// A sync failed; the log is fenced and nothing more will become durable.
+    Failed(String),
+}
+
+/// Where the partition is in the group-commit cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RoundState {
+    Idle,
+    Queued,
+    Running,
+    /// Appends arrived while a round ran: queue another when it ends.
+    RunningDirty,
+}
+
+/// A shared partition; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Partition {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    name: String,
+    dir: PathBuf,
+    /// `None` once closed.
+    log: Mutex<Option<Log>>,
+    flush_policy: FlushPolicy,
+    round: Mutex<RoundState>,
+    durability: watch::Sender<Durability>,
+    flusher: Flusher,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Partition {
+    /// Opens (recovering if needed) the partition log in `dir`.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        name: String,
+        dir: PathBuf,
+        config: LogConfig,
+        flusher: Flusher,
+    ) -> Result<Partition, LogError> {
+        let flush_policy = config.flush_policy;
+        let log = Log::open(storage, dir.clone(), config)?;
+        let (durability, _) = watch::channel(Durability::Durable(log.durable_offset()));
+        let shared = Shared {
+            name,
+            dir,
+            log: Mutex::new(Some(log)),
+            flush_policy,
+            round: Mutex::new(RoundState::Idle),
+            durability,
+            flusher,
+        };
+        Ok(Partition { shared: Arc::new(shared) })
+    }
+
+    /// `topic-partition`.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Runs `f` on the open log, with its lock held; fails once the partition is closed.
+    pub fn with_log<T>(&self, f: impl FnOnce(&mut Log) -> Result<T, LogError>) -> Result<T, LogError> {
+        match lock(&self.shared.log).as_mut() {
+            Some(log) => f(log),
+            None => Err(self.fenced("the partition is closed".to_owned())),
+        }
+    }
+
+    /// Appends batches (see [`Log::append`]); under `flush.policy=always` also
+    /// schedules the group-commit round that will make them durable.
+    pub fn append(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
+        let info = self.with_log(|log| log.append(batches, leader_epoch))?;
+        if self.shared.flush_policy == FlushPolicy::Always {
+            self.schedule_round();
+        }
+        Ok(info)
+    }
+
+    /// Waits until every offset below `offset` is durable.
+    pub async fn wait_durable(&self, offset: u64) -> Result<u64, LogError> {
+        let mut receiver = self.shared.durability.subscribe();
+        let reached = |state: &Durability| match state {
+            Durability::Durable(durable) => *durable >= offset,
+            Durability::Failed(_) => true,
+        };
+        let state = receiver
+            .wait_for(reached)
+            .await
+            .map_err(|_| self.fenced("the partition was dropped".to_owned()))?
+            .clone();
+        match state {
+            Durability::Durable(durable) => Ok(durable),
+            Durability::Failed(reason) => Err(self.fenced(reason)),
+        }
+    }
+
+    fn fenced(&self, reason: String) -> LogError {
+        LogError::Fenced { dir: self.shared.dir.clone(), reason }
+    }
+
+    /// The durable offset as last published.
+    pub fn durability(&self) -> Durability {
+        self.shared.durability.borrow().clone()
+    }
+
+    /// Reads whole batches from `offset` into `buffer` (see [`Log::read`]); the
+    /// file IO happens without the lock.
+    pub fn read(&self, offset: u64, max_bytes: usize, buffer: &mut Vec<u8>) -> Result<ReadInfo, LogError> {
+        let plan = self.with_log(|log| log.read(offset, max_bytes, None))?;
+        plan.read_into(buffer)
+    }
+
+    /// Queues a flush round unless one is queued or running (then marks it dirty).
+    pub fn schedule_round(&self) {
+        let mut round = lock(&self.shared.round);
+        match *round {
+            RoundState::Idle => {
+                *round = RoundState::Queued;
+                drop(round);
+                self.shared.flusher.submit(self.clone());
+            }
+            RoundState::Running => *round = RoundState::RunningDirty,
+            RoundState::Queued | RoundState::RunningDirty => {}
+        }
+    }
+
+    /// One group-commit round; called by a flusher thread.
+    pub(crate) fn run_round(&self) {
+        *lock(&self.shared.round) = RoundState::Running;
+        let ticket = lock(&self.shared.log).as_mut().and_then(Log::begin_flush);
+        if let Some(ticket) = ticket {
+            let result = ticket.execute();
+            let completed = self.with_log(|log| log.complete_flush(ticket, result));
+            self.publish(completed);
+        }
+        let mut round = lock(&self.shared.round);
+        if *round == RoundState::RunningDirty {
+            *round = RoundState::Queued;
+            drop(round);
+            self.shared.flusher.submit(self.clone());
+        } else {
+            *round = RoundState::Idle;
+        }
+    }
+
+    fn publish(&self, completed: Result<u64, LogError>) {
+        match completed {
+            Ok(durable) => {
+                self.shared.durability.send_if_modified(|state| match state {
+                    Durability::Durable(published) if *published < durable => {
+                        *published = durable;
+                        true
+                    }
+                    _ => false,
+                });
+            }
+            Err(error) => {
+                tracing::error!(partition = %self.shared.name, %error, "flush failed; partition fenced");
+                self.shared.durability.send_replace(Durability::Failed(error.to_string()));
+            }
+        }
+    }
+
+    /// Applies retention at `now_ms`; deletes the retired files without the lock.
+    /// Returns how many segments and bytes went.
+    pub fn apply_retention(&self, now_ms: i64) -> Result<(usize, u64), LogError> {
+        let Some(retired) = self.with_log(|log| log.apply_retention(now_ms))? else { return Ok((0, 0)) };
+        let (segment_count, size_bytes) = (retired.segment_count, retired.size_bytes);
+        retired.delete()?;
+        Ok((segment_count, size_bytes))
+    }
+
+    /// Clean shutdown of this partition's log: flush, trim, checkpoint, marker.
+    /// Every later call on any clone fails with "closed".
+    pub fn close(&self) -> Result<(), LogError> {
+        let Some(mut log) = lock(&self.shared.log).take() else { return Ok(()) };
+        let flushed = log.flush();
+        self.publish(flushed);
+        log.close()
+    }
+}
