@@ -21,8 +21,7 @@ pub mod batch;
 pub mod varint;
 
 pub use batch::{
-    set_base_offset, set_partition_leader_epoch, Attributes, BatchBuilder, BatchError, BatchIter,
-    BatchView, Compression, Header, Record, RecordBatch, TimestampType, BATCH_HEADER_BYTES,
-    LOG_OVERHEAD_BYTES, MAGIC_V2,
+    set_base_offset, set_partition_leader_epoch, Attributes, BatchBuilder, BatchError, BatchIter, BatchView,
+    Compression, Header, Record, RecordBatch, TimestampType, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES, MAGIC_V2,
 };
 pub use varint::VarintError;

@@ -138,9 +138,7 @@ fn decode_unsigned(bytes: &[u8], max_bytes: usize, bits: u32) -> Result<(u64, us
         }
         raw |= payload << shift;
     }
-    Err(VarintError::Truncated {
-        available: bytes.len(),
-    })
+    Err(VarintError::Truncated { available: bytes.len() })
 }
 
 #[cfg(test)]
@@ -175,11 +173,7 @@ mod tests {
         ];
         for &(value, bytes) in vectors {
             assert_eq!(varint_bytes(value), bytes, "encoding {value}");
-            assert_eq!(
-                decode_varint(bytes),
-                Ok((value, bytes.len())),
-                "decoding {value}"
-            );
+            assert_eq!(decode_varint(bytes), Ok((value, bytes.len())), "decoding {value}");
             assert_eq!(varint_size(value), bytes.len(), "size of {value}");
         }
     }
@@ -200,11 +194,7 @@ mod tests {
         ];
         for &(value, bytes) in vectors {
             assert_eq!(varlong_bytes(value), bytes, "encoding {value}");
-            assert_eq!(
-                decode_varlong(bytes),
-                Ok((value, bytes.len())),
-                "decoding {value}"
-            );
+            assert_eq!(decode_varlong(bytes), Ok((value, bytes.len())), "decoding {value}");
             assert_eq!(varlong_size(value), bytes.len(), "size of {value}");
         }
     }
@@ -223,74 +213,40 @@ mod tests {
 
     #[test]
     fn truncated_input_is_an_error() {
-        assert_eq!(
-            decode_varint(&[]),
-            Err(VarintError::Truncated { available: 0 })
-        );
-        assert_eq!(
-            decode_varint(&[0x80, 0x80]),
-            Err(VarintError::Truncated { available: 2 })
-        );
-        assert_eq!(
-            decode_varlong(&[0xff; 9]),
-            Err(VarintError::Truncated { available: 9 })
-        );
+        assert_eq!(decode_varint(&[]), Err(VarintError::Truncated { available: 0 }));
+        assert_eq!(decode_varint(&[0x80, 0x80]), Err(VarintError::Truncated { available: 2 }));
+        assert_eq!(decode_varlong(&[0xff; 9]), Err(VarintError::Truncated { available: 9 }));
     }
 
     #[test]
     fn overlong_input_is_an_error() {
         let six = [0x80, 0x80, 0x80, 0x80, 0x80, 0x00];
-        assert_eq!(
-            decode_varint(&six),
-            Err(VarintError::Overlong { max_bytes: 5 })
-        );
+        assert_eq!(decode_varint(&six), Err(VarintError::Overlong { max_bytes: 5 }));
         // The fifth byte still has its continuation bit: overlong even if the
         // input ends there.
-        assert_eq!(
-            decode_varint(&six[..5]),
-            Err(VarintError::Overlong { max_bytes: 5 })
-        );
-        let eleven = [
-            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00,
-        ];
-        assert_eq!(
-            decode_varlong(&eleven),
-            Err(VarintError::Overlong { max_bytes: 10 })
-        );
+        assert_eq!(decode_varint(&six[..5]), Err(VarintError::Overlong { max_bytes: 5 }));
+        let eleven = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00];
+        assert_eq!(decode_varlong(&eleven), Err(VarintError::Overlong { max_bytes: 10 }));
     }
 
     #[test]
     fn bits_beyond_the_width_are_an_error() {
-        assert_eq!(
-            decode_varint(&[0xff, 0xff, 0xff, 0xff, 0x1f]),
-            Err(VarintError::Overflow { bits: 32 })
-        );
+        assert_eq!(decode_varint(&[0xff, 0xff, 0xff, 0xff, 0x1f]), Err(VarintError::Overflow { bits: 32 }));
         let too_wide = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x03];
-        assert_eq!(
-            decode_varlong(&too_wide),
-            Err(VarintError::Overflow { bits: 64 })
-        );
+        assert_eq!(decode_varlong(&too_wide), Err(VarintError::Overflow { bits: 64 }));
     }
 
     #[test]
     fn every_boundary_round_trips() {
         for shift in 0..32 {
-            for value in [
-                1i32 << shift,
-                (1i32 << shift).wrapping_sub(1),
-                (1i32 << shift).wrapping_neg(),
-            ] {
+            for value in [1i32 << shift, (1i32 << shift).wrapping_sub(1), (1i32 << shift).wrapping_neg()] {
                 let bytes = varint_bytes(value);
                 assert_eq!(decode_varint(&bytes), Ok((value, bytes.len())));
                 assert_eq!(varint_size(value), bytes.len());
             }
         }
         for shift in 0..64 {
-            for value in [
-                1i64 << shift,
-                (1i64 << shift).wrapping_sub(1),
-                (1i64 << shift).wrapping_neg(),
-            ] {
+            for value in [1i64 << shift, (1i64 << shift).wrapping_sub(1), (1i64 << shift).wrapping_neg()] {
                 let bytes = varlong_bytes(value);
                 assert_eq!(decode_varlong(&bytes), Ok((value, bytes.len())));
                 assert_eq!(varlong_size(value), bytes.len());

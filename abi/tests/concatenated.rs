@@ -5,9 +5,7 @@
 //! surfaces as `Truncated` exactly once, and that stamping batches in a
 //! buffer keeps every one valid.
 
-use abi::{
-    set_base_offset, set_partition_leader_epoch, BatchBuilder, BatchError, BatchIter, BatchView,
-};
+use abi::{set_base_offset, set_partition_leader_epoch, BatchBuilder, BatchError, BatchIter, BatchView};
 
 /// A valid batch of `count` records, the first at `base_timestamp`.
 fn batch(base_timestamp: i64, count: usize) -> Vec<u8> {
@@ -28,24 +26,11 @@ fn three_batches() -> (Vec<u8>, Vec<usize>) {
 #[test]
 fn iterates_three_batches_in_order() {
     let (bytes, sizes) = three_batches();
-    let views: Vec<BatchView<'_>> = BatchIter::new(&bytes)
-        .collect::<Result<_, _>>()
-        .expect("three valid batches");
+    let views: Vec<BatchView<'_>> = BatchIter::new(&bytes).collect::<Result<_, _>>().expect("three valid batches");
     assert_eq!(views.len(), 3);
-    let seen: Vec<(usize, i64, i32)> = views
-        .iter()
-        .map(|view| {
-            (
-                view.size_bytes(),
-                view.base_timestamp(),
-                view.records_count(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        seen,
-        [(sizes[0], 100, 1), (sizes[1], 200, 3), (sizes[2], 300, 2)]
-    );
+    let seen: Vec<(usize, i64, i32)> =
+        views.iter().map(|view| (view.size_bytes(), view.base_timestamp(), view.records_count())).collect();
+    assert_eq!(seen, [(sizes[0], 100, 1), (sizes[1], 200, 3), (sizes[2], 300, 2)]);
     assert!(views.iter().all(|view| view.validate().is_ok()));
 }
 
@@ -60,10 +45,7 @@ fn truncated_tail_yields_truncated_once() {
     }
     assert_eq!(
         iter.next().map(|item| item.map(|_| ())),
-        Some(Err(BatchError::Truncated {
-            needed: tail.len(),
-            available: 30
-        }))
+        Some(Err(BatchError::Truncated { needed: tail.len(), available: 30 }))
     );
     assert!(iter.next().is_none());
     assert_eq!(iter.remaining(), &tail[..30]);

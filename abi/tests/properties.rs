@@ -12,8 +12,8 @@ use std::ops::Range;
 
 use abi::batch::field;
 use abi::{
-    set_base_offset, set_partition_leader_epoch, Attributes, BatchError, BatchIter, BatchView,
-    Header, Record, RecordBatch, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES,
+    set_base_offset, set_partition_leader_epoch, Attributes, BatchError, BatchIter, BatchView, Header, Record,
+    RecordBatch, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES,
 };
 use proptest::collection::vec;
 use proptest::option;
@@ -28,24 +28,16 @@ fn arb_header() -> impl Strategy<Value = Header> {
 }
 
 fn arb_record() -> impl Strategy<Value = Record> {
-    (
-        any::<i8>(),
-        any::<i64>(),
-        any::<i32>(),
-        arb_bytes(),
-        arb_bytes(),
-        vec(arb_header(), 0..3),
+    (any::<i8>(), any::<i64>(), any::<i32>(), arb_bytes(), arb_bytes(), vec(arb_header(), 0..3)).prop_map(
+        |(attributes, timestamp_delta, offset_delta, key, value, headers)| Record {
+            attributes,
+            timestamp_delta,
+            offset_delta,
+            key,
+            value,
+            headers,
+        },
     )
-        .prop_map(
-            |(attributes, timestamp_delta, offset_delta, key, value, headers)| Record {
-                attributes,
-                timestamp_delta,
-                offset_delta,
-                key,
-                value,
-                headers,
-            },
-        )
 }
 
 /// An uncompressed batch with a record count in `records` and a last offset
@@ -89,8 +81,7 @@ fn encode(batch: &RecordBatch) -> Vec<u8> {
 /// Rewrites the batch length and CRC so a hand-made batch passes both.
 fn reseal(bytes: &mut [u8]) {
     let batch_length = i32::try_from(bytes.len() - LOG_OVERHEAD_BYTES).expect("small batch");
-    bytes[field::BATCH_LENGTH..field::BATCH_LENGTH + 4]
-        .copy_from_slice(&batch_length.to_be_bytes());
+    bytes[field::BATCH_LENGTH..field::BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
     let crc = crc32c::crc32c(&bytes[field::ATTRIBUTES..]);
     bytes[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }

@@ -90,10 +90,7 @@ fn spec_model() -> RecordBatch {
                 offset_delta: 1,
                 key: None,
                 value: Some(b"v2".to_vec()),
-                headers: vec![Header {
-                    key: "h".to_owned(),
-                    value: Some(b"x".to_vec()),
-                }],
+                headers: vec![Header { key: "h".to_owned(), value: Some(b"x".to_vec()) }],
             },
         ],
     }
@@ -114,10 +111,7 @@ fn crc32c_check_value() {
 #[test]
 fn spec_crc_is_the_hard_coded_value() {
     let bytes = spec_bytes();
-    assert_eq!(
-        u32::from_be_bytes([bytes[17], bytes[18], bytes[19], bytes[20]]),
-        EXPECTED_CRC
-    );
+    assert_eq!(u32::from_be_bytes([bytes[17], bytes[18], bytes[19], bytes[20]]), EXPECTED_CRC);
 }
 
 #[test]
@@ -125,10 +119,7 @@ fn field_positions_match_the_vector() {
     let bytes = spec_bytes();
     assert_eq!(bytes.len(), 84);
     assert_eq!(bytes[field::MAGIC], 2);
-    assert_eq!(
-        &bytes[field::RECORDS_COUNT..field::RECORDS_COUNT + 4],
-        [0, 0, 0, 2]
-    );
+    assert_eq!(&bytes[field::RECORDS_COUNT..field::RECORDS_COUNT + 4], [0, 0, 0, 2]);
     assert_eq!(bytes[abi::BATCH_HEADER_BYTES], 0x12); // first record's length
 }
 
@@ -147,10 +138,7 @@ fn builder_encodes_to_the_vector() {
 #[test]
 fn default_builder_differs_only_in_the_uncovered_leader_epoch() {
     let mut bytes = spec_builder().encode();
-    assert_eq!(
-        &bytes[field::PARTITION_LEADER_EPOCH..field::MAGIC],
-        [0xff; 4]
-    );
+    assert_eq!(&bytes[field::PARTITION_LEADER_EPOCH..field::MAGIC], [0xff; 4]);
     abi::set_partition_leader_epoch(&mut bytes, 0);
     assert_eq!(bytes, spec_bytes());
 }

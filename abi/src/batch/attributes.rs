@@ -129,10 +129,7 @@ impl Attributes {
 
     /// These attributes with the timestamp type bit set for `timestamp_type`.
     pub fn with_timestamp_type(self, timestamp_type: TimestampType) -> Self {
-        self.with(
-            TIMESTAMP_TYPE_BIT,
-            timestamp_type == TimestampType::LogAppendTime,
-        )
+        self.with(TIMESTAMP_TYPE_BIT, timestamp_type == TimestampType::LogAppendTime)
     }
 
     /// These attributes with the transactional bit set to `transactional`.
@@ -162,13 +159,8 @@ impl Attributes {
 mod tests {
     use super::*;
 
-    const ALL: [Compression; 5] = [
-        Compression::None,
-        Compression::Gzip,
-        Compression::Snappy,
-        Compression::Lz4,
-        Compression::Zstd,
-    ];
+    const ALL: [Compression; 5] =
+        [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd];
 
     #[test]
     fn default_is_uncompressed_create_time_plain_batch() {
@@ -193,33 +185,21 @@ mod tests {
     #[test]
     fn unknown_codecs_are_typed_errors() {
         for codec in 5..=7u8 {
-            assert_eq!(
-                Attributes(u16::from(codec)).compression(),
-                Err(BatchError::UnknownCompression { codec })
-            );
+            assert_eq!(Attributes(u16::from(codec)).compression(), Err(BatchError::UnknownCompression { codec }));
         }
     }
 
     #[test]
     fn flags_sit_on_kafkas_bits() {
         let none = Attributes::default();
-        assert_eq!(
-            none.with_timestamp_type(TimestampType::LogAppendTime).0,
-            0b1000
-        );
+        assert_eq!(none.with_timestamp_type(TimestampType::LogAppendTime).0, 0b1000);
         assert_eq!(none.with_transactional(true).0, 0b1_0000);
         assert_eq!(none.with_control(true).0, 0b10_0000);
         assert!(Attributes(0b100_0000).has_delete_horizon());
-        let all = none
-            .with_timestamp_type(TimestampType::LogAppendTime)
-            .with_transactional(true)
-            .with_control(true);
+        let all = none.with_timestamp_type(TimestampType::LogAppendTime).with_transactional(true).with_control(true);
         assert_eq!(all.timestamp_type(), TimestampType::LogAppendTime);
         assert!(all.is_transactional() && all.is_control());
-        let cleared = all
-            .with_timestamp_type(TimestampType::CreateTime)
-            .with_transactional(false)
-            .with_control(false);
+        let cleared = all.with_timestamp_type(TimestampType::CreateTime).with_transactional(false).with_control(false);
         assert_eq!(cleared, none);
     }
 }

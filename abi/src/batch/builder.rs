@@ -76,20 +76,14 @@ impl BatchBuilder {
         headers: &[(&str, Option<&[u8]>)],
     ) {
         let offset_delta = i32::try_from(self.records.len()).unwrap_or(i32::MAX);
-        self.max_timestamp = Some(
-            self.max_timestamp
-                .map_or(timestamp, |max| max.max(timestamp)),
-        );
+        self.max_timestamp = Some(self.max_timestamp.map_or(timestamp, |max| max.max(timestamp)));
         self.records.push(Record {
             attributes: 0,
             timestamp_delta: timestamp.wrapping_sub(self.base_timestamp),
             offset_delta,
             key: key.map(<[u8]>::to_vec),
             value: value.map(<[u8]>::to_vec),
-            headers: headers
-                .iter()
-                .map(|&(key, value)| Header::new(key, value.map(<[u8]>::to_vec)))
-                .collect(),
+            headers: headers.iter().map(|&(key, value)| Header::new(key, value.map(<[u8]>::to_vec))).collect(),
         });
     }
 
@@ -109,8 +103,7 @@ impl BatchBuilder {
     ///
     /// [`BatchView::validate`]: super::BatchView::validate
     pub fn build(&self) -> RecordBatch {
-        let last_offset_delta =
-            i32::try_from(self.records.len().saturating_sub(1)).unwrap_or(i32::MAX);
+        let last_offset_delta = i32::try_from(self.records.len().saturating_sub(1)).unwrap_or(i32::MAX);
         RecordBatch {
             base_offset: self.base_offset,
             partition_leader_epoch: self.partition_leader_epoch,
@@ -131,9 +124,7 @@ impl BatchBuilder {
     ///
     /// If the batch exceeds 2^31-1 bytes (Kafka's batch length limit).
     pub fn encode(&self) -> Vec<u8> {
-        self.build()
-            .encode()
-            .expect("a builder batch is uncompressed; it only fails past 2^31-1 bytes")
+        self.build().encode().expect("a builder batch is uncompressed; it only fails past 2^31-1 bytes")
     }
 }
 
@@ -147,18 +138,8 @@ mod tests {
         let builder = BatchBuilder::new(500);
         assert!(builder.is_empty());
         let batch = builder.build();
-        assert_eq!(
-            (
-                batch.base_offset,
-                batch.partition_leader_epoch,
-                batch.last_offset_delta
-            ),
-            (0, -1, 0)
-        );
-        assert_eq!(
-            (batch.producer_id, batch.producer_epoch, batch.base_sequence),
-            (-1, -1, -1)
-        );
+        assert_eq!((batch.base_offset, batch.partition_leader_epoch, batch.last_offset_delta), (0, -1, 0));
+        assert_eq!((batch.producer_id, batch.producer_epoch, batch.base_sequence), (-1, -1, -1));
         assert_eq!((batch.base_timestamp, batch.max_timestamp), (500, 500));
         let bytes = builder.encode();
         let view = BatchView::new(&bytes).expect("header is intact");
@@ -175,17 +156,10 @@ mod tests {
         let batch = builder.build();
         assert_eq!(batch.last_offset_delta, 2);
         assert_eq!(batch.max_timestamp, 1_010);
-        let deltas: Vec<_> = batch
-            .records
-            .iter()
-            .map(|r| (r.offset_delta, r.timestamp_delta))
-            .collect();
+        let deltas: Vec<_> = batch.records.iter().map(|r| (r.offset_delta, r.timestamp_delta)).collect();
         assert_eq!(deltas, [(0, 10), (1, -10), (2, 5)]);
         assert_eq!(batch.records[1].headers, [Header::new("h", None)]);
-        assert_eq!(
-            (batch.producer_id, batch.producer_epoch, batch.base_sequence),
-            (9, 2, 40)
-        );
+        assert_eq!((batch.producer_id, batch.producer_epoch, batch.base_sequence), (9, 2, 40));
         let bytes = builder.encode();
         let view = BatchView::new(&bytes).expect("header is intact");
         assert_eq!(view.validate(), Ok(()));

@@ -42,26 +42,20 @@ impl<'a> Cursor<'a> {
 
     /// Reads a zigzag varint.
     pub(crate) fn read_varint(&mut self, reason: &'static str) -> Result<i32, BatchError> {
-        let (value, used) =
-            varint::decode_varint(self.bytes).map_err(|_| BatchError::malformed(reason))?;
+        let (value, used) = varint::decode_varint(self.bytes).map_err(|_| BatchError::malformed(reason))?;
         self.advance(used);
         Ok(value)
     }
 
     /// Reads a zigzag varlong.
     pub(crate) fn read_varlong(&mut self, reason: &'static str) -> Result<i64, BatchError> {
-        let (value, used) =
-            varint::decode_varlong(self.bytes).map_err(|_| BatchError::malformed(reason))?;
+        let (value, used) = varint::decode_varlong(self.bytes).map_err(|_| BatchError::malformed(reason))?;
         self.advance(used);
         Ok(value)
     }
 
     /// Reads the next `len` bytes.
-    pub(crate) fn read_bytes(
-        &mut self,
-        len: usize,
-        reason: &'static str,
-    ) -> Result<&'a [u8], BatchError> {
+    pub(crate) fn read_bytes(&mut self, len: usize, reason: &'static str) -> Result<&'a [u8], BatchError> {
         if len > self.bytes.len() {
             return Err(BatchError::malformed(reason));
         }
@@ -93,16 +87,10 @@ mod tests {
         assert_eq!(cursor.read_varint("varint"), Ok(64));
         assert_eq!(cursor.read_varlong("varlong"), Ok(-2));
         assert_eq!(cursor.remaining(), 2);
-        assert_eq!(
-            cursor.read_bytes(3, "too long"),
-            Err(BatchError::malformed("too long"))
-        );
+        assert_eq!(cursor.read_bytes(3, "too long"), Err(BatchError::malformed("too long")));
         assert_eq!(cursor.read_bytes(2, "bytes"), Ok(&b"ab"[..]));
         assert!(cursor.is_empty());
         assert_eq!(cursor.read_i8("empty"), Err(BatchError::malformed("empty")));
-        assert_eq!(
-            cursor.read_varint("no varint"),
-            Err(BatchError::malformed("no varint"))
-        );
+        assert_eq!(cursor.read_varint("no varint"), Err(BatchError::malformed("no varint")));
     }
 }

@@ -91,28 +91,11 @@ mod tests {
 
     #[test]
     fn messages_read_well_in_a_log_line() {
-        let crc = BatchError::CrcMismatch {
-            stored: 0xdead_beef,
-            computed: 0x0000_0042,
-        };
-        assert_eq!(
-            crc.to_string(),
-            "record batch CRC mismatch: stored 0xdeadbeef, computed 0x00000042"
-        );
-        let truncated = BatchError::Truncated {
-            needed: 61,
-            available: 12,
-        };
-        assert_eq!(
-            truncated.to_string(),
-            "record batch truncated: needed 61 bytes, only 12 available"
-        );
-        let unsupported = BatchError::UnsupportedCompression {
-            compression: Compression::Zstd,
-        };
-        assert_eq!(
-            unsupported.to_string(),
-            "record batch compression zstd is not supported yet"
-        );
+        let crc = BatchError::CrcMismatch { stored: 0xdead_beef, computed: 0x0000_0042 };
+        assert_eq!(crc.to_string(), "record batch CRC mismatch: stored 0xdeadbeef, computed 0x00000042");
+        let truncated = BatchError::Truncated { needed: 61, available: 12 };
+        assert_eq!(truncated.to_string(), "record batch truncated: needed 61 bytes, only 12 available");
+        let unsupported = BatchError::UnsupportedCompression { compression: Compression::Zstd };
+        assert_eq!(unsupported.to_string(), "record batch compression zstd is not supported yet");
     }
 }

@@ -21,10 +21,7 @@ pub struct BatchIter<'a> {
 impl<'a> BatchIter<'a> {
     /// An iterator over the batches in `bytes`.
     pub fn new(bytes: &'a [u8]) -> Self {
-        Self {
-            rest: bytes,
-            failed: false,
-        }
+        Self { rest: bytes, failed: false }
     }
 
     /// The bytes not consumed yet (after an error: from the failing batch on).
@@ -69,10 +66,7 @@ mod tests {
         let mut iter = BatchIter::new(&[0u8; 5]);
         assert_eq!(
             iter.next().map(|item| item.map(|_| ())),
-            Some(Err(BatchError::Truncated {
-                needed: 12,
-                available: 5
-            }))
+            Some(Err(BatchError::Truncated { needed: 12, available: 5 }))
         );
         assert!(iter.next().is_none());
         assert_eq!(iter.remaining().len(), 5);

@@ -117,9 +117,7 @@ impl RecordBatch {
         out.extend_from_slice(&self.producer_epoch.to_be_bytes());
         out.extend_from_slice(&self.base_sequence.to_be_bytes());
         out.extend_from_slice(&records_count.to_be_bytes());
-        self.records
-            .iter()
-            .try_for_each(|record| record.encode_into(out))
+        self.records.iter().try_for_each(|record| record.encode_into(out))
     }
 }
 
@@ -132,12 +130,8 @@ fn require_uncompressed(attributes: Attributes) -> Result<(), BatchError> {
 
 /// Fills in the batch length and CRC of a fully written batch.
 fn seal(batch: &mut [u8]) -> Result<(), BatchError> {
-    let batch_length = length_i32(
-        batch.len() - LOG_OVERHEAD_BYTES,
-        "batch longer than 2^31-1 bytes",
-    )?;
-    batch[field::BATCH_LENGTH..field::BATCH_LENGTH + 4]
-        .copy_from_slice(&batch_length.to_be_bytes());
+    let batch_length = length_i32(batch.len() - LOG_OVERHEAD_BYTES, "batch longer than 2^31-1 bytes")?;
+    batch[field::BATCH_LENGTH..field::BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
     let crc = crc32c::crc32c(&batch[field::ATTRIBUTES..]);
     batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(())
@@ -145,18 +139,15 @@ fn seal(batch: &mut [u8]) -> Result<(), BatchError> {
 
 /// Decodes exactly `records_count` records filling the rest of the batch.
 fn decode_records(view: BatchView<'_>) -> Result<Vec<Record>, BatchError> {
-    let records_count =
-        usize::try_from(view.records_count()).map_err(|_| BatchError::InvalidRecordCount {
-            records_count: view.records_count(),
-            last_offset_delta: view.last_offset_delta(),
-        })?;
+    let records_count = usize::try_from(view.records_count()).map_err(|_| BatchError::InvalidRecordCount {
+        records_count: view.records_count(),
+        last_offset_delta: view.last_offset_delta(),
+    })?;
     let mut cursor = Cursor::new(&view.as_bytes()[BATCH_HEADER_BYTES..]);
     let mut records = Vec::with_capacity(records_count.min(cursor.remaining() / MIN_RECORD_BYTES));
     for _ in 0..records_count {
         if cursor.is_empty() {
-            return Err(BatchError::malformed(
-                "records count is larger than the records in the batch",
-            ));
+            return Err(BatchError::malformed("records count is larger than the records in the batch"));
         }
         records.push(Record::decode(&mut cursor)?);
     }
@@ -197,9 +188,7 @@ mod tests {
     #[test]
     fn encode_into_appends_and_leaves_out_untouched_on_error() {
         let mut out = vec![0xaa];
-        empty_batch()
-            .encode_into(&mut out)
-            .expect("uncompressed batch encodes");
+        empty_batch().encode_into(&mut out).expect("uncompressed batch encodes");
         assert_eq!(out.len(), 1 + BATCH_HEADER_BYTES);
         assert_eq!(out[0], 0xaa);
 
@@ -207,9 +196,7 @@ mod tests {
         gzip.attributes = gzip.attributes.with_compression(Compression::Gzip);
         assert_eq!(
             gzip.encode_into(&mut out),
-            Err(BatchError::UnsupportedCompression {
-                compression: Compression::Gzip
-            })
+            Err(BatchError::UnsupportedCompression { compression: Compression::Gzip })
         );
         assert_eq!(out.len(), 1 + BATCH_HEADER_BYTES);
     }
@@ -218,10 +205,7 @@ mod tests {
     fn unknown_codec_is_rejected_on_encode() {
         let mut batch = empty_batch();
         batch.attributes = Attributes(6);
-        assert_eq!(
-            batch.encode(),
-            Err(BatchError::UnknownCompression { codec: 6 })
-        );
+        assert_eq!(batch.encode(), Err(BatchError::UnknownCompression { codec: 6 }));
     }
 
     #[test]
@@ -231,9 +215,7 @@ mod tests {
         seal(&mut bytes).expect("small batch seals");
         assert_eq!(
             RecordBatch::decode(&bytes),
-            Err(BatchError::UnsupportedCompression {
-                compression: Compression::Zstd
-            })
+            Err(BatchError::UnsupportedCompression { compression: Compression::Zstd })
         );
     }
 
@@ -248,29 +230,20 @@ mod tests {
         seal(&mut too_many).expect("small batch seals");
         assert_eq!(
             RecordBatch::decode(&too_many),
-            Err(BatchError::malformed(
-                "records count is larger than the records in the batch"
-            ))
+            Err(BatchError::malformed("records count is larger than the records in the batch"))
         );
 
         let mut too_few = good.clone();
         too_few[field::RECORDS_COUNT + 3] = 0;
         seal(&mut too_few).expect("small batch seals");
-        assert!(matches!(
-            RecordBatch::decode(&too_few),
-            Err(BatchError::Malformed { .. })
-        ));
+        assert!(matches!(RecordBatch::decode(&too_few), Err(BatchError::Malformed { .. })));
 
         let mut negative = good;
-        negative[field::RECORDS_COUNT..field::RECORDS_COUNT + 4]
-            .copy_from_slice(&(-1i32).to_be_bytes());
+        negative[field::RECORDS_COUNT..field::RECORDS_COUNT + 4].copy_from_slice(&(-1i32).to_be_bytes());
         seal(&mut negative).expect("small batch seals");
         assert_eq!(
             RecordBatch::decode(&negative),
-            Err(BatchError::InvalidRecordCount {
-                records_count: -1,
-                last_offset_delta: 0
-            })
+            Err(BatchError::InvalidRecordCount { records_count: -1, last_offset_delta: 0 })
         );
     }
 
@@ -278,9 +251,6 @@ mod tests {
     fn crc_is_checked_before_records() {
         let mut bytes = empty_batch().encode().expect("uncompressed batch encodes");
         bytes[field::RECORDS_COUNT] = 0x7f;
-        assert!(matches!(
-            RecordBatch::decode(&bytes),
-            Err(BatchError::CrcMismatch { .. })
-        ));
+        assert!(matches!(RecordBatch::decode(&bytes), Err(BatchError::CrcMismatch { .. })));
     }
 }

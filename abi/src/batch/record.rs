@@ -110,23 +110,18 @@ impl Record {
         encode_nullable(self.value.as_deref(), out)?;
         let header_count = length_i32(self.headers.len(), "more than 2^31-1 headers")?;
         encode_varint(header_count, out);
-        self.headers
-            .iter()
-            .try_for_each(|header| header.encode_into(out))
+        self.headers.iter().try_for_each(|header| header.encode_into(out))
     }
 
     /// Reads one record (length prefix included) from `cursor`.
     pub(crate) fn decode(cursor: &mut Cursor<'_>) -> Result<Self, BatchError> {
         let length = cursor.read_varint("record length is not a valid varint")?;
-        let length = usize::try_from(length)
-            .map_err(|_| BatchError::malformed("record length is negative"))?;
+        let length = usize::try_from(length).map_err(|_| BatchError::malformed("record length is negative"))?;
         let body = cursor.read_bytes(length, "record runs past the end of the batch")?;
         let mut body = Cursor::new(body);
         let record = Self::decode_body(&mut body)?;
         if !body.is_empty() {
-            return Err(BatchError::malformed(
-                "record length is larger than the record's fields",
-            ));
+            return Err(BatchError::malformed("record length is larger than the record's fields"));
         }
         Ok(record)
     }
@@ -138,14 +133,7 @@ impl Record {
         let key = decode_nullable(body, &KEY)?;
         let value = decode_nullable(body, &VALUE)?;
         let headers = decode_headers(body)?;
-        Ok(Self {
-            attributes,
-            timestamp_delta,
-            offset_delta,
-            key,
-            value,
-            headers,
-        })
+        Ok(Self { attributes, timestamp_delta, offset_delta, key, value, headers })
     }
 
     /// Bytes of the record after its length prefix.
@@ -154,21 +142,14 @@ impl Record {
         let key = nullable_len(self.key.as_deref())?;
         let value = nullable_len(self.value.as_deref())?;
         let count = varint_size(length_i32(self.headers.len(), "more than 2^31-1 headers")?);
-        self.headers
-            .iter()
-            .try_fold(fixed + key + value + count, |total, header| {
-                Ok(total + header.encoded_len()?)
-            })
+        self.headers.iter().try_fold(fixed + key + value + count, |total, header| Ok(total + header.encoded_len()?))
     }
 }
 
 impl Header {
     /// A header with the given key and value.
     pub fn new(key: impl Into<String>, value: Option<Vec<u8>>) -> Self {
-        Self {
-            key: key.into(),
-            value,
-        }
+        Self { key: key.into(), value }
     }
 
     fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), BatchError> {
@@ -177,10 +158,8 @@ impl Header {
     }
 
     fn decode(body: &mut Cursor<'_>) -> Result<Self, BatchError> {
-        let key = decode_nullable(body, &HEADER_KEY)?
-            .ok_or(BatchError::malformed(HEADER_KEY.bad_length))?;
-        let key = String::from_utf8(key)
-            .map_err(|_| BatchError::malformed("header key is not valid UTF-8"))?;
+        let key = decode_nullable(body, &HEADER_KEY)?.ok_or(BatchError::malformed(HEADER_KEY.bad_length))?;
+        let key = String::from_utf8(key).map_err(|_| BatchError::malformed("header key is not valid UTF-8"))?;
         let value = decode_nullable(body, &HEADER_VALUE)?;
         Ok(Self { key, value })
     }
@@ -192,8 +171,7 @@ impl Header {
 
 fn decode_headers(body: &mut Cursor<'_>) -> Result<Vec<Header>, BatchError> {
     let count = body.read_varint("header count is not a valid varint")?;
-    let count =
-        usize::try_from(count).map_err(|_| BatchError::malformed("header count is negative"))?;
+    let count = usize::try_from(count).map_err(|_| BatchError::malformed("header count is negative"))?;
     let mut headers = Vec::with_capacity(count.min(body.remaining() / MIN_HEADER_BYTES));
     for _ in 0..count {
         headers.push(Header::decode(body)?);
@@ -202,10 +180,7 @@ fn decode_headers(body: &mut Cursor<'_>) -> Result<Vec<Header>, BatchError> {
 }
 
 /// Reads a length-prefixed byte string whose length -1 means null.
-fn decode_nullable(
-    body: &mut Cursor<'_>,
-    reasons: &FieldReasons,
-) -> Result<Option<Vec<u8>>, BatchError> {
+fn decode_nullable(body: &mut Cursor<'_>, reasons: &FieldReasons) -> Result<Option<Vec<u8>>, BatchError> {
     let length = body.read_varint(reasons.bad_length)?;
     if length == NULL_LENGTH {
         return Ok(None);
@@ -219,10 +194,7 @@ fn encode_nullable(bytes: Option<&[u8]>, out: &mut Vec<u8>) -> Result<(), BatchE
     match bytes {
         None => encode_varint(NULL_LENGTH, out),
         Some(bytes) => {
-            encode_varint(
-                length_i32(bytes.len(), "field longer than 2^31-1 bytes")?,
-                out,
-            );
+            encode_varint(length_i32(bytes.len(), "field longer than 2^31-1 bytes")?, out);
             out.extend_from_slice(bytes);
         }
     }
@@ -289,18 +261,10 @@ mod tests {
         let mut longer = encode(&Record::default());
         longer[0] = 0x0e; // length 7, one byte more than the fields
         longer.push(0x00);
-        assert_eq!(
-            decode(&longer),
-            Err(BatchError::malformed(
-                "record length is larger than the record's fields"
-            ))
-        );
+        assert_eq!(decode(&longer), Err(BatchError::malformed("record length is larger than the record's fields")));
         let mut shorter = encode(&Record::default());
         shorter[0] = 0x0a; // length 5: the header count falls outside
-        assert_eq!(
-            decode(&shorter[..6]),
-            Err(BatchError::malformed("header count is not a valid varint"))
-        );
+        assert_eq!(decode(&shorter[..6]), Err(BatchError::malformed("header count is not a valid varint")));
     }
 
     #[test]
@@ -308,16 +272,10 @@ mod tests {
         // length 8, attrs, ts, offset, key null, value null, 1 header,
         // header key length -1.
         let null_key = [0x10, 0x00, 0x00, 0x00, 0x01, 0x01, 0x02, 0x01, 0x01];
-        assert_eq!(
-            decode(&null_key),
-            Err(BatchError::malformed(HEADER_KEY.bad_length))
-        );
+        assert_eq!(decode(&null_key), Err(BatchError::malformed(HEADER_KEY.bad_length)));
         // Same, header key of one byte 0xff (not UTF-8) and null value.
         let bad_utf8 = [0x12, 0x00, 0x00, 0x00, 0x01, 0x01, 0x02, 0x02, 0xff, 0x01];
-        assert_eq!(
-            decode(&bad_utf8),
-            Err(BatchError::malformed("header key is not valid UTF-8"))
-        );
+        assert_eq!(decode(&bad_utf8), Err(BatchError::malformed("header key is not valid UTF-8")));
     }
 
     #[test]

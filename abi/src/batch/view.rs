@@ -56,18 +56,12 @@ impl<'a> BatchView<'a> {
     /// *not* check the CRC.
     pub fn new(bytes: &'a [u8]) -> Result<Self, BatchError> {
         if bytes.len() < BATCH_HEADER_BYTES {
-            return Err(BatchError::Truncated {
-                needed: BATCH_HEADER_BYTES,
-                available: bytes.len(),
-            });
+            return Err(BatchError::Truncated { needed: BATCH_HEADER_BYTES, available: bytes.len() });
         }
         let declared = read_i32(bytes, field::BATCH_LENGTH);
         let actual = bytes.len() - LOG_OVERHEAD_BYTES;
         if usize::try_from(declared).ok() != Some(actual) {
-            return Err(BatchError::LengthMismatch {
-                declared: i64::from(declared),
-                actual,
-            });
+            return Err(BatchError::LengthMismatch { declared: i64::from(declared), actual });
         }
         let magic = read_i8(bytes, field::MAGIC);
         if magic != MAGIC_V2 {
@@ -84,28 +78,18 @@ impl<'a> BatchView<'a> {
     /// [`BatchError::Malformed`] if the batch length is negative or below 49.
     pub fn split_first(bytes: &'a [u8]) -> Result<(BatchView<'a>, &'a [u8]), BatchError> {
         if bytes.len() < LOG_OVERHEAD_BYTES {
-            return Err(BatchError::Truncated {
-                needed: LOG_OVERHEAD_BYTES,
-                available: bytes.len(),
-            });
+            return Err(BatchError::Truncated { needed: LOG_OVERHEAD_BYTES, available: bytes.len() });
         }
         let batch_length = read_i32(bytes, field::BATCH_LENGTH);
         if batch_length < MIN_BATCH_LENGTH {
-            return Err(BatchError::malformed(
-                "batch length is negative or below the 49-byte header minimum",
-            ));
+            return Err(BatchError::malformed("batch length is negative or below the 49-byte header minimum"));
         }
         let size = usize::try_from(batch_length)
             .ok()
             .and_then(|length| length.checked_add(LOG_OVERHEAD_BYTES))
-            .ok_or(BatchError::malformed(
-                "batch length does not fit this platform's address space",
-            ))?;
+            .ok_or(BatchError::malformed("batch length does not fit this platform's address space"))?;
         if bytes.len() < size {
-            return Err(BatchError::Truncated {
-                needed: size,
-                available: bytes.len(),
-            });
+            return Err(BatchError::Truncated { needed: size, available: bytes.len() });
         }
         let (batch, rest) = bytes.split_at(size);
         Ok((Self::new(batch)?, rest))
@@ -169,10 +153,7 @@ impl<'a> BatchView<'a> {
 
     /// The attributes field.
     pub fn attributes(&self) -> Attributes {
-        Attributes(u16::from_be_bytes(read_array(
-            self.bytes,
-            field::ATTRIBUTES,
-        )))
+        Attributes(u16::from_be_bytes(read_array(self.bytes, field::ATTRIBUTES)))
     }
 
     /// Offset of the last record minus the base offset.
@@ -213,8 +194,7 @@ impl<'a> BatchView<'a> {
     /// Offset of the last record: base offset + last offset delta
     /// (wrapping, so a corrupt header cannot panic).
     pub fn last_offset(&self) -> i64 {
-        self.base_offset()
-            .wrapping_add(i64::from(self.last_offset_delta()))
+        self.base_offset().wrapping_add(i64::from(self.last_offset_delta()))
     }
 
     /// Fully decodes the batch (CRC checked first); see
@@ -242,10 +222,7 @@ impl<'a> BatchView<'a> {
         if plausible {
             Ok(())
         } else {
-            Err(BatchError::InvalidRecordCount {
-                records_count,
-                last_offset_delta,
-            })
+            Err(BatchError::InvalidRecordCount { records_count, last_offset_delta })
         }
     }
 }
@@ -313,13 +290,7 @@ mod tests {
     #[test]
     fn new_rejects_short_mismatched_and_wrong_magic() {
         let bytes = one_record_batch();
-        assert_eq!(
-            BatchView::new(&bytes[..60]).map(|_| ()),
-            Err(BatchError::Truncated {
-                needed: 61,
-                available: 60
-            })
-        );
+        assert_eq!(BatchView::new(&bytes[..60]).map(|_| ()), Err(BatchError::Truncated { needed: 61, available: 60 }));
         let mut longer = bytes.clone();
         longer.push(0);
         assert_eq!(
@@ -331,31 +302,20 @@ mod tests {
         );
         let mut magic1 = bytes;
         magic1[field::MAGIC] = 1;
-        assert_eq!(
-            BatchView::new(&magic1).map(|_| ()),
-            Err(BatchError::UnsupportedMagic { magic: 1 })
-        );
+        assert_eq!(BatchView::new(&magic1).map(|_| ()), Err(BatchError::UnsupportedMagic { magic: 1 }));
     }
 
     #[test]
     fn split_first_rejects_impossible_lengths() {
         let mut bytes = one_record_batch();
         for length in [-1i32, 0, 48, i32::MIN] {
-            bytes[field::BATCH_LENGTH..field::BATCH_LENGTH + 4]
-                .copy_from_slice(&length.to_be_bytes());
-            assert!(matches!(
-                BatchView::split_first(&bytes),
-                Err(BatchError::Malformed { .. })
-            ));
+            bytes[field::BATCH_LENGTH..field::BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+            assert!(matches!(BatchView::split_first(&bytes), Err(BatchError::Malformed { .. })));
         }
-        bytes[field::BATCH_LENGTH..field::BATCH_LENGTH + 4]
-            .copy_from_slice(&i32::MAX.to_be_bytes());
+        bytes[field::BATCH_LENGTH..field::BATCH_LENGTH + 4].copy_from_slice(&i32::MAX.to_be_bytes());
         assert_eq!(
             BatchView::split_first(&bytes).map(|_| ()),
-            Err(BatchError::Truncated {
-                needed: 12 + i32::MAX as usize,
-                available: bytes.len()
-            })
+            Err(BatchError::Truncated { needed: 12 + i32::MAX as usize, available: bytes.len() })
         );
     }
 
@@ -374,29 +334,15 @@ mod tests {
         ];
         for (records_count, last_offset_delta, ok) in cases {
             let mut bytes = one_record_batch();
-            write_at(
-                &mut bytes,
-                field::RECORDS_COUNT,
-                &i32::to_be_bytes(records_count),
-            );
-            write_at(
-                &mut bytes,
-                field::LAST_OFFSET_DELTA,
-                &i32::to_be_bytes(last_offset_delta),
-            );
+            write_at(&mut bytes, field::RECORDS_COUNT, &i32::to_be_bytes(records_count));
+            write_at(&mut bytes, field::LAST_OFFSET_DELTA, &i32::to_be_bytes(last_offset_delta));
             let crc = crc32c::crc32c(&bytes[field::ATTRIBUTES..]);
             write_at(&mut bytes, field::CRC, &crc.to_be_bytes());
             let result = BatchView::new(&bytes).and_then(|view| view.validate());
             if ok {
                 assert_eq!(result, Ok(()), "{records_count} / {last_offset_delta}");
             } else {
-                assert_eq!(
-                    result,
-                    Err(BatchError::InvalidRecordCount {
-                        records_count,
-                        last_offset_delta
-                    })
-                );
+                assert_eq!(result, Err(BatchError::InvalidRecordCount { records_count, last_offset_delta }));
             }
         }
     }
@@ -408,10 +354,7 @@ mod tests {
         let crc = crc32c::crc32c(&bytes[field::ATTRIBUTES..]);
         write_at(&mut bytes, field::CRC, &crc.to_be_bytes());
         let view = BatchView::new(&bytes).expect("header is intact");
-        assert_eq!(
-            view.validate(),
-            Err(BatchError::UnknownCompression { codec: 7 })
-        );
+        assert_eq!(view.validate(), Err(BatchError::UnknownCompression { codec: 7 }));
     }
 
     #[test]

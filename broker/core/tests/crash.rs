@@ -17,6 +17,8 @@
 //!
 //! A failure names its seed and crash point. `WEIR_CRASH_SEEDS=n` runs more seeds.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail loudly by design
+
 mod support;
 
 use std::collections::BTreeMap;
@@ -63,7 +65,13 @@ fn run(storage: &MemStorage, seed: u64, history: &mut History) -> Result<(), bro
     let trace = std::env::var("WEIR_CRASH_TRACE").is_ok();
     for step in 0..40u64 {
         if trace {
-            eprintln!("step {step}: ops {} end {} durable {} segments {:?}", storage.op_count(), log.log_end_offset(), log.durable_offset(), log.segment_base_offsets());
+            eprintln!(
+                "step {step}: ops {} end {} durable {} segments {:?}",
+                storage.op_count(),
+                log.log_end_offset(),
+                log.durable_offset(),
+                log.segment_base_offsets()
+            );
         }
         match rng.gen_range(0..10) {
             0..=5 => append(&mut log, &mut rng, history, step)?,
@@ -123,7 +131,11 @@ fn group_commit_round(
 fn check_recovered(storage: &MemStorage, history: &History, context: &str) {
     let mut log = open(storage, &config()).unwrap_or_else(|error| panic!("{context}: recovery failed: {error}"));
     let end = log.log_end_offset();
-    assert!(end >= history.acknowledged_durable, "{context}: end {end} below acknowledged {}", history.acknowledged_durable);
+    assert!(
+        end >= history.acknowledged_durable,
+        "{context}: end {end} below acknowledged {}",
+        history.acknowledged_durable
+    );
     let records = read_all(&log, 1500);
     let start = log.log_start_offset();
     let offsets: Vec<u64> = records.iter().map(|record| record.offset).collect();

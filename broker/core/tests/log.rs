@@ -1,5 +1,7 @@
 //! Behaviour of the partition log through its public API, on the in-memory storage.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail loudly by design
+
 mod support;
 
 use broker_core::log::{LogConfig, LogError};
@@ -118,7 +120,9 @@ fn retention_deletes_whole_old_segments_and_moves_the_log_start() {
     retired.delete().unwrap();
     let start = log.log_start_offset();
     assert!(segments.contains(&start) && start > 0 && start <= 40, "start {start}, segments {segments:?}");
-    assert!(matches!(log.read(0, 100, None), Err(LogError::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset == start));
+    assert!(
+        matches!(log.read(0, 100, None), Err(LogError::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset == start)
+    );
     assert_eq!(read_all(&log, 1000).first().map(|record| record.offset), Some(start));
     assert!(!storage.exists(&log.dir().join("00000000000000000000.log")), "files are gone");
 
@@ -126,11 +130,15 @@ fn retention_deletes_whole_old_segments_and_moves_the_log_start() {
     retired.delete().unwrap();
     assert_eq!((log.log_start_offset(), log.log_end_offset(), log.segment_count()), (100, 100, 1));
     log.append(&mut batch(&[(2_000_000, b"fresh".to_vec())]), 0).unwrap();
-    assert_eq!(records_of(&{
-        let mut buffer = Vec::new();
-        log.read(100, 100, None).unwrap().read_into(&mut buffer).unwrap();
-        buffer
-    })[0].value, b"fresh");
+    assert_eq!(
+        records_of(&{
+            let mut buffer = Vec::new();
+            log.read(100, 100, None).unwrap().read_into(&mut buffer).unwrap();
+            buffer
+        })[0]
+            .value,
+        b"fresh"
+    );
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! truncated; a bit flip (or any damage followed by valid data) fences the partition
 //! and leaves the files untouched.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail loudly by design
+
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -94,6 +96,14 @@ fn bit_flip_in_the_last_whole_batch_fences() {
     let storage = MemStorage::new();
     let positions = ten_batches_then_unclean_stop(&storage);
     damage(&storage, ACTIVE_LOG, |bytes| bytes[positions[9] as usize + 30] ^= 0x01);
+    expect_fenced(open(&storage, &small_config()), positions[9]);
+}
+
+#[test]
+fn flipped_length_field_of_the_last_batch_fences() {
+    let storage = MemStorage::new();
+    let positions = ten_batches_then_unclean_stop(&storage);
+    damage(&storage, ACTIVE_LOG, |bytes| bytes[positions[9] as usize + 10] ^= 0x01);
     expect_fenced(open(&storage, &small_config()), positions[9]);
 }
 

@@ -95,7 +95,11 @@ impl LogDir {
         config.log.validate()?;
         let storage: Arc<dyn Storage> = Arc::new(FileStorage);
         let data_dir = config.data_dir.clone();
-        storage.create_dir_all(&data_dir).map_err(|source| LogError::Io { op: "create directory", path: data_dir.clone(), source })?;
+        storage.create_dir_all(&data_dir).map_err(|source| LogError::Io {
+            op: "create directory",
+            path: data_dir.clone(),
+            source,
+        })?;
         let flusher = Flusher::start(config.flush_threads);
         let shared = Arc::new(Shared {
             storage,
@@ -106,7 +110,11 @@ impl LogDir {
             stop: Mutex::new(false),
             wake: Condvar::new(),
         });
-        let mut names = shared.storage.list_dir(&data_dir).map_err(|source| LogError::Io { op: "list directory", path: data_dir.clone(), source })?;
+        let mut names = shared.storage.list_dir(&data_dir).map_err(|source| LogError::Io {
+            op: "list directory",
+            path: data_dir.clone(),
+            source,
+        })?;
         names.sort();
         for name in names.into_iter().filter(|name| parse_partition_dir(name).is_some()) {
             match shared.open_partition(&name) {
@@ -191,7 +199,8 @@ impl Drop for LogDir {
 impl Shared {
     fn open_partition(&self, name: &str) -> Result<Partition, LogError> {
         let dir = self.config.data_dir.join(name);
-        let partition = Partition::open(self.storage.clone(), name.to_owned(), dir, self.config.log.clone(), self.flusher.clone())?;
+        let partition =
+            Partition::open(self.storage.clone(), name.to_owned(), dir, self.config.log.clone(), self.flusher.clone())?;
         let report = partition.with_log(|log| Ok(log.recovery_report().clone()))?;
         if !report.clean_shutdown {
             tracing::warn!(
@@ -221,7 +230,9 @@ impl Shared {
             drop(stop);
             let now = now_ms();
             let partitions: Vec<Partition> = lock(&self.partitions).values().cloned().collect();
-            if config.log.flush_policy == FlushPolicy::Interval && now - last_flush_ms >= config.log.flush_interval_ms as i64 {
+            if config.log.flush_policy == FlushPolicy::Interval
+                && now - last_flush_ms >= config.log.flush_interval_ms as i64
+            {
                 last_flush_ms = now;
                 partitions.iter().for_each(Partition::schedule_round);
             }

@@ -119,11 +119,8 @@ impl Partition {
             Durability::Durable(durable) => *durable >= offset,
             Durability::Failed(_) => true,
         };
-        let state = receiver
-            .wait_for(reached)
-            .await
-            .map_err(|_| self.fenced("the partition was dropped".to_owned()))?
-            .clone();
+        let state =
+            receiver.wait_for(reached).await.map_err(|_| self.fenced("the partition was dropped".to_owned()))?.clone();
         match state {
             Durability::Durable(durable) => Ok(durable),
             Durability::Failed(reason) => Err(self.fenced(reason)),

@@ -97,7 +97,10 @@ impl File for RealFile {
 
     fn write_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
         self.file.write_all_at(buf, position).map_err(|error| {
-            io::Error::new(error.kind(), format!("write of {} bytes at {position} to {}: {error}", buf.len(), self.path.display()))
+            io::Error::new(
+                error.kind(),
+                format!("write of {} bytes at {position} to {}: {error}", buf.len(), self.path.display()),
+            )
         })
     }
 

@@ -2,6 +2,8 @@
 //! appenders, restart after clean and unclean stops, background retention, and a
 //! corrupt partition kept offline while the others serve.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail loudly by design
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -40,6 +40,9 @@ pub enum LogError {
     /// An appended batch is bigger than `batch_bytes_max`.
     #[error("batch {batch_index} is {size_bytes} bytes, more than max.message.bytes {batch_bytes_max}")]
     BatchTooLarge { batch_index: usize, size_bytes: usize, batch_bytes_max: u32 },
+    /// An append whose batches together exceed a segment.
+    #[error("append of {size_bytes} bytes does not fit a segment (segment.bytes {segment_bytes_max})")]
+    AppendTooLarge { size_bytes: usize, segment_bytes_max: u64 },
     /// An append with no batches.
     #[error("append carries no batches")]
     EmptyAppend,

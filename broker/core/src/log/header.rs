@@ -10,7 +10,7 @@ use abi::batch::{field, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES};
 use crate::storage::File;
 
 /// The smallest legal value of the batch length field (a header with no records).
-pub(crate) const BATCH_LENGTH_MIN: i32 = (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i32;
+pub(crate) const BATCH_LENGTH_MIN: i32 = abi::batch::MIN_BATCH_LENGTH;
 
 /// Header fields of one stored batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,11 +6,11 @@
 //! through [`ReadPlan`] (reads), [`FlushTicket`] (fdatasync rounds) and
 //! [`RetiredSegments`] (file deletion).
 //!
-//! Offsets: the log start offset (LSO) is the first offset still held; the log end
-//! offset (LEO) is the offset the next record gets; the *durable offset* is the
-//! offset below which every record is on disk (fdatasync'd). `LSO <= durable <= LEO`
-//! — except that retention may move LSO past the durable offset under
-//! `flush.policy=interval`.
+//! Offsets: the log start offset is the first offset still held; the log end offset
+//! (LEO) is the offset the next record gets; the *durable offset* is the offset
+//! below which every record is on disk (fdatasync'd). `durable <= LEO` always, and
+//! `log start <= durable` except that retention may move the log start past the
+//! durable offset under `flush.policy=interval`.
 //!
 //! Architecture invariants:
 //! - offsets are dense and strictly increasing; a record's offset never changes;
@@ -20,7 +20,9 @@
 //! - after any failed write or sync the log is *fenced*: it refuses writes until
 //!   reopened, because its on-disk state is unknown;
 //! - recovery never silently drops data that may have been durable: a torn tail is
-//!   truncated, any other damage fences the partition ([`LogError::Corrupt`]).
+//!   truncated, any other damage fences the partition ([`LogError::Corrupt`]); the
+//!   one blind spot is a last batch zeroed in full, which reads as a torn tail
+//!   (see `scan.rs`).
 
 mod checkpoint;
 pub mod config;
@@ -200,6 +202,10 @@ impl Log {
             (Some(first), Some(last)) => (*first, *last),
             _ => return Err(LogError::EmptyAppend),
         };
+        if batches.len() as u64 > self.config.segment_bytes_max {
+            let segment_bytes_max = self.config.segment_bytes_max;
+            return Err(LogError::AppendTooLarge { size_bytes: batches.len(), segment_bytes_max });
+        }
         let newest_timestamp = headers.iter().map(|header| header.max_timestamp).max().unwrap_or(-1);
         if self.should_roll(batches.len() as u64, last.last_offset, newest_timestamp) {
             self.roll()?;
@@ -236,7 +242,12 @@ impl Log {
             set_base_offset(batch, next_offset as i64);
             set_partition_leader_epoch(batch, leader_epoch);
             let last_offset = next_offset + last_offset_delta;
-            headers.push(BatchHeader { base_offset: next_offset, last_offset, max_timestamp, size_bytes: size_bytes as u64 });
+            headers.push(BatchHeader {
+                base_offset: next_offset,
+                last_offset,
+                max_timestamp,
+                size_bytes: size_bytes as u64,
+            });
             next_offset = last_offset + 1;
         }
         Ok(headers)

@@ -227,7 +227,12 @@ fn recover_tail(
     Ok(())
 }
 
-fn remove_segments(storage: &dyn Storage, dir: &Path, bases: &[u64], report: &mut RecoveryReport) -> Result<(), LogError> {
+fn remove_segments(
+    storage: &dyn Storage,
+    dir: &Path,
+    bases: &[u64],
+    report: &mut RecoveryReport,
+) -> Result<(), LogError> {
     for &base in bases {
         report.segments_removed += 1;
         for extension in ["log", "index", "timeindex"] {

@@ -86,7 +86,8 @@ mod tests {
             let segments: Vec<SegmentSummary> =
                 (0..rng.gen_range(1..12)).map(|_| summary(rng.gen_range(0..1000), 0)).collect();
             let retention_bytes = rng.gen_range(0..6000);
-            let config = LogConfig { retention_ms: None, retention_bytes: Some(retention_bytes), ..LogConfig::default() };
+            let config =
+                LogConfig { retention_ms: None, retention_bytes: Some(retention_bytes), ..LogConfig::default() };
             let count = deletable_prefix(&segments, &config, 0);
             let total: u64 = segments.iter().map(|s| s.size_bytes).sum();
             let deleted: u64 = segments[..count].iter().map(|s| s.size_bytes).sum();

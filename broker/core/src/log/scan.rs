@@ -9,9 +9,13 @@
 //!    the end of the file (or only zeros follow), *and no valid batch follows
 //!    anywhere after it*. Nothing there was ever durable (a sync covers whole
 //!    appends), so recovery truncates at that position.
-//! 2. **Corruption** — a whole batch fails its checks, or valid batches follow the
-//!    damaged one. Durable, possibly acknowledged data is damaged: the partition is
+//! 2. **Corruption** — a whole batch fails its checks, valid batches follow the
+//!    damaged one, or the "incomplete" batch is in fact whole and valid with only its
+//!    length field damaged. Durable, possibly acknowledged data is damaged: the partition is
 //!    fenced and nothing is truncated.
+//!
+//! What cannot be told apart: a last batch whose bytes were all zeroed reads like a
+//! zero-filled torn tail, and is truncated.
 //!
 //! The scan reads through a bounded chunk buffer (`SCAN_CHUNK_BYTES`), never the
 //! whole segment at once.
@@ -21,6 +25,7 @@ use std::io;
 use abi::batch::{field, BatchView, LOG_OVERHEAD_BYTES, MAGIC_V2};
 
 use super::header::{batch_length, BatchHeader, BATCH_LENGTH_MIN};
+
 use crate::storage::File;
 
 /// Bytes read from the file per refill.
@@ -103,7 +108,11 @@ pub(crate) fn scan_segment(
     Ok(Scan { end: ScanEnd::Clean })
 }
 
-fn check_batch(reader: &mut ChunkReader<'_>, position: u64, expected_offset: u64) -> io::Result<Result<BatchHeader, Defect>> {
+fn check_batch(
+    reader: &mut ChunkReader<'_>,
+    position: u64,
+    expected_offset: u64,
+) -> io::Result<Result<BatchHeader, Defect>> {
     let remaining = reader.file_len - position;
     if remaining < LOG_OVERHEAD_BYTES as u64 {
         return Ok(Err(Defect::Incomplete(format!("{remaining} bytes left, less than a batch header"))));
@@ -130,6 +139,12 @@ fn check_batch(reader: &mut ChunkReader<'_>, position: u64, expected_offset: u64
 
 fn classify(reader: &mut ChunkReader<'_>, position: u64, defect: Defect) -> io::Result<ScanEnd> {
     match defect {
+        Defect::Incomplete(reason) if whole_but_length_damaged(reader, position)? => Ok(ScanEnd::Corrupt {
+            position,
+            reason: format!(
+                "{reason}, yet the bytes to the end of the file form a whole valid batch: its length field is damaged"
+            ),
+        }),
         Defect::Incomplete(reason) => match valid_batch_after(reader, position + 1)? {
             Some(later) => Ok(ScanEnd::Corrupt {
                 position,
@@ -142,6 +157,20 @@ fn classify(reader: &mut ChunkReader<'_>, position: u64, defect: Defect) -> io::
         }
         Defect::Invalid(reason) => Ok(ScanEnd::Corrupt { position, reason }),
     }
+}
+
+/// Whether the bytes from `position` to the end of the file are one whole, valid
+/// batch once its length field (not covered by the CRC) is set to their length:
+/// a damaged length, not a torn write.
+fn whole_but_length_damaged(reader: &mut ChunkReader<'_>, position: u64) -> io::Result<bool> {
+    let remaining = (reader.file_len - position) as usize;
+    if remaining < abi::batch::BATCH_HEADER_BYTES {
+        return Ok(false);
+    }
+    let mut bytes = reader.bytes(position, remaining)?.to_vec();
+    let length = (remaining - LOG_OVERHEAD_BYTES) as i32;
+    bytes[field::BATCH_LENGTH..field::BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+    Ok(BatchView::new(&bytes).and_then(|view| view.validate()).is_ok())
 }
 
 /// Whether every byte from `position` to the end is zero.

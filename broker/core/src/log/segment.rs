@@ -67,7 +67,12 @@ pub(crate) struct Recovered {
 
 impl Segment {
     /// A new, empty segment (any stale files with its name are reset).
-    pub fn create(storage: &dyn Storage, dir: &Path, base_offset: u64, config: &LogConfig) -> Result<Segment, LogError> {
+    pub fn create(
+        storage: &dyn Storage,
+        dir: &Path,
+        base_offset: u64,
+        config: &LogConfig,
+    ) -> Result<Segment, LogError> {
         let log_path = dir.join(file_name(base_offset, "log"));
         let log = storage.open(&log_path, true).map_err(LogError::io("create", &log_path))?;
         log.set_len(0).map_err(LogError::io("truncate", &log_path))?;
@@ -113,8 +118,10 @@ impl Segment {
         let capacity = active.then_some(config.index_bytes_max);
         let offset_path = dir.join(file_name(base_offset, "index"));
         let time_path = dir.join(file_name(base_offset, "timeindex"));
-        let offset_index = Index::load(storage, offset_path.clone(), capacity).map_err(LogError::io("load index", offset_path))?;
-        let time_index = Index::load(storage, time_path.clone(), capacity).map_err(LogError::io("load index", time_path))?;
+        let offset_index =
+            Index::load(storage, offset_path.clone(), capacity).map_err(LogError::io("load index", offset_path))?;
+        let time_index =
+            Index::load(storage, time_path.clone(), capacity).map_err(LogError::io("load index", time_path))?;
         let mut segment = Segment::empty(base_offset, log_path, log, offset_index, time_index);
         segment.size_bytes = size_bytes;
         segment.check_indexes()?;
@@ -124,7 +131,12 @@ impl Segment {
 
     /// Rebuilds a segment from its `.log` alone: validates every batch and rebuilds
     /// both indexes. The caller decides what a torn or corrupt end means.
-    pub fn recover(storage: &dyn Storage, dir: &Path, base_offset: u64, config: &LogConfig) -> Result<Recovered, LogError> {
+    pub fn recover(
+        storage: &dyn Storage,
+        dir: &Path,
+        base_offset: u64,
+        config: &LogConfig,
+    ) -> Result<Recovered, LogError> {
         let log_path = dir.join(file_name(base_offset, "log"));
         let log = storage.open(&log_path, false).map_err(LogError::io("open", &log_path))?;
         let file_len = log.len().map_err(LogError::io("stat", &log_path))?;
@@ -185,8 +197,8 @@ impl Segment {
         }
     }
 
-    /// Whether `header_count` more batches ending at `next_offset` and growing the
-    /// file by `bytes` would break a bound of this segment.
+    /// Whether appending `bytes` of batches whose last offset is `last_offset` would
+    /// break a bound of this segment (an empty segment takes anything).
     pub fn is_full_for(&self, bytes: u64, last_offset: u64, config: &LogConfig) -> bool {
         if self.is_empty() {
             return false;
@@ -236,7 +248,8 @@ impl Segment {
         let kept_offsets = self.offset_index.len_where(|entry| (entry.position as u64) < position);
         self.offset_index.truncate_entries(kept_offsets);
         let base_offset = self.base_offset;
-        let kept_times = self.time_index.len_where(|entry| base_offset + (entry.relative_offset as u64) < new_next_offset);
+        let kept_times =
+            self.time_index.len_where(|entry| base_offset + (entry.relative_offset as u64) < new_next_offset);
         self.time_index.truncate_entries(kept_times);
         self.walk_tail()?;
         Ok(self.next_offset)
@@ -286,9 +299,12 @@ impl Segment {
         let mut previous: Option<OffsetEntry> = None;
         for index in 0..self.offset_index.len() {
             let entry = self.offset_index.entry(index);
-            let ordered = previous.is_none_or(|p| p.relative_offset < entry.relative_offset && p.position < entry.position);
+            let ordered =
+                previous.is_none_or(|p| p.relative_offset < entry.relative_offset && p.position < entry.position);
             if !ordered || entry.position as u64 >= self.size_bytes {
-                return Err(self.corrupt(entry.position as u64, format!("offset index entry {index} out of order or range")));
+                return Err(
+                    self.corrupt(entry.position as u64, format!("offset index entry {index} out of order or range"))
+                );
             }
             previous = Some(entry);
         }
@@ -318,10 +334,10 @@ fn create_indexes(
 ) -> Result<(Index<OffsetEntry>, Index<TimeEntry>), LogError> {
     let offset_path = dir.join(file_name(base_offset, "index"));
     let time_path = dir.join(file_name(base_offset, "timeindex"));
-    let offset_index =
-        Index::create(storage, offset_path.clone(), config.index_bytes_max).map_err(LogError::io("create index", offset_path))?;
-    let time_index =
-        Index::create(storage, time_path.clone(), config.index_bytes_max).map_err(LogError::io("create index", time_path))?;
+    let offset_index = Index::create(storage, offset_path.clone(), config.index_bytes_max)
+        .map_err(LogError::io("create index", offset_path))?;
+    let time_index = Index::create(storage, time_path.clone(), config.index_bytes_max)
+        .map_err(LogError::io("create index", time_path))?;
     Ok((offset_index, time_index))
 }
 

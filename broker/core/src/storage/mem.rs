@@ -151,12 +151,7 @@ impl MemStorage {
                             survived.extend_from_slice(&appended[..keep]);
                         }
                     }
-                    let node = Node {
-                        contents: Mutex::new(Contents {
-                            durable: survived.clone(),
-                            live: survived,
-                        }),
-                    };
+                    let node = Node { contents: Mutex::new(Contents { durable: survived.clone(), live: survived }) };
                     Entry::File(Arc::new(node))
                 }
             };

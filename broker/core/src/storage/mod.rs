@@ -52,6 +52,7 @@ pub trait Storage: Send + Sync + fmt::Debug {
 }
 
 /// An open file. Positioned IO only: the log tracks its own write position.
+#[allow(clippy::len_without_is_empty)] // mirrors std::fs::Metadata::len; emptiness is never asked
 pub trait File: Send + Sync + fmt::Debug {
     /// Current length in bytes.
     fn len(&self) -> io::Result<u64>;
