@@ -16,6 +16,7 @@
 //! watch says so and every waiter gets the error instead of waiting forever.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use broker_core::log::{AppendInfo, FlushPolicy, Log, LogConfig, LogError, ReadInfo};
@@ -59,6 +60,8 @@ struct Shared {
     round: Mutex<RoundState>,
     durability: watch::Sender<Durability>,
     flusher: Flusher,
+    /// Completed flush rounds (a metric: appends per round shows group commit at work).
+    flush_round_count: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -85,6 +88,7 @@ impl Partition {
             round: Mutex::new(RoundState::Idle),
             durability,
             flusher,
+            flush_round_count: AtomicU64::new(0),
         };
         Ok(Partition { shared: Arc::new(shared) })
     }
@@ -131,6 +135,11 @@ impl Partition {
         LogError::Fenced { dir: self.shared.dir.clone(), reason }
     }
 
+    /// Flush rounds completed since the partition was opened.
+    pub fn flush_round_count(&self) -> u64 {
+        self.shared.flush_round_count.load(Ordering::Relaxed)
+    }
+
     /// The durable offset as last published.
     pub fn durability(&self) -> Durability {
         self.shared.durability.borrow().clone()
@@ -165,6 +174,7 @@ impl Partition {
             let result = ticket.execute();
             let completed = self.with_log(|log| log.complete_flush(ticket, result));
             self.publish(completed);
+            self.shared.flush_round_count.fetch_add(1, Ordering::Relaxed);
         }
         let mut round = lock(&self.shared.round);
         if *round == RoundState::RunningDirty {
