@@ -37,12 +37,21 @@ pub struct LogDirConfig {
     pub flush_threads: usize,
     /// How often retention runs (`log.retention.check.interval.ms`).
     pub retention_check_interval_ms: u64,
+    /// Longest wait, at the start of a group-commit round, for appenders released by
+    /// the previous round to append again (0 disables). See `partition.rs`.
+    pub group_commit_linger_us: u64,
 }
 
 impl LogDirConfig {
     /// Defaults for `data_dir`.
     pub fn new(data_dir: PathBuf) -> LogDirConfig {
-        LogDirConfig { data_dir, log: LogConfig::default(), flush_threads: 2, retention_check_interval_ms: 300_000 }
+        LogDirConfig {
+            data_dir,
+            log: LogConfig::default(),
+            flush_threads: 2,
+            retention_check_interval_ms: 300_000,
+            group_commit_linger_us: 200,
+        }
     }
 }
 
@@ -199,8 +208,15 @@ impl Drop for LogDir {
 impl Shared {
     fn open_partition(&self, name: &str) -> Result<Partition, LogError> {
         let dir = self.config.data_dir.join(name);
-        let partition =
-            Partition::open(self.storage.clone(), name.to_owned(), dir, self.config.log.clone(), self.flusher.clone())?;
+        let linger = Duration::from_micros(self.config.group_commit_linger_us);
+        let partition = Partition::open(
+            self.storage.clone(),
+            name.to_owned(),
+            dir,
+            self.config.log.clone(),
+            self.flusher.clone(),
+            linger,
+        )?;
         let report = partition.with_log(|log| Ok(log.recovery_report().clone()))?;
         if !report.clean_shutdown {
             tracing::warn!(

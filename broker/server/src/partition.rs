@@ -17,7 +17,8 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use broker_core::log::{AppendInfo, FlushPolicy, Log, LogConfig, LogError, ReadInfo};
 use broker_core::storage::Storage;
@@ -58,6 +59,16 @@ struct Shared {
     log: Mutex<Option<Log>>,
     flush_policy: FlushPolicy,
     round: Mutex<RoundState>,
+    /// Signalled (with `round` held) by every append that schedules a round.
+    appended: Condvar,
+    /// Appends so far, and how many of them the last round's start had seen.
+    append_count: AtomicU64,
+    appends_at_last_round: AtomicU64,
+    /// Appenders that were waiting when the last round published: how many appends
+    /// the next round can expect soon.
+    expected_appends: AtomicU64,
+    /// The longest a round start waits for those expected appends.
+    group_commit_linger: Duration,
     durability: watch::Sender<Durability>,
     flusher: Flusher,
     /// Completed flush rounds (a metric: appends per round shows group commit at work).
@@ -76,6 +87,7 @@ impl Partition {
         dir: PathBuf,
         config: LogConfig,
         flusher: Flusher,
+        group_commit_linger: Duration,
     ) -> Result<Partition, LogError> {
         let flush_policy = config.flush_policy;
         let log = Log::open(storage, dir.clone(), config)?;
@@ -86,6 +98,11 @@ impl Partition {
             log: Mutex::new(Some(log)),
             flush_policy,
             round: Mutex::new(RoundState::Idle),
+            appended: Condvar::new(),
+            append_count: AtomicU64::new(0),
+            appends_at_last_round: AtomicU64::new(0),
+            expected_appends: AtomicU64::new(0),
+            group_commit_linger,
             durability,
             flusher,
             flush_round_count: AtomicU64::new(0),
@@ -110,6 +127,7 @@ impl Partition {
     /// schedules the group-commit round that will make them durable.
     pub fn append(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
         let info = self.with_log(|log| log.append(batches, leader_epoch))?;
+        self.shared.append_count.fetch_add(1, Ordering::Relaxed);
         if self.shared.flush_policy == FlushPolicy::Always {
             self.schedule_round();
         }
@@ -155,6 +173,7 @@ impl Partition {
     /// Queues a flush round unless one is queued or running (then marks it dirty).
     pub fn schedule_round(&self) {
         let mut round = lock(&self.shared.round);
+        self.shared.appended.notify_one();
         match *round {
             RoundState::Idle => {
                 *round = RoundState::Queued;
@@ -169,6 +188,8 @@ impl Partition {
     /// One group-commit round; called by a flusher thread.
     pub(crate) fn run_round(&self) {
         *lock(&self.shared.round) = RoundState::Running;
+        self.linger_for_expected_appends();
+        self.shared.appends_at_last_round.store(self.shared.append_count.load(Ordering::Relaxed), Ordering::Relaxed);
         let ticket = lock(&self.shared.log).as_mut().and_then(Log::begin_flush);
         if let Some(ticket) = ticket {
             let result = ticket.execute();
@@ -186,9 +207,34 @@ impl Partition {
         }
     }
 
+    /// Appenders released by the previous round usually append again within
+    /// microseconds; starting the round before they do splits them across two
+    /// fdatasyncs. Wait (at most `group_commit_linger`) until as many appends as
+    /// there were waiters have arrived since the last round started. A lone
+    /// appender never waits: its own append is the one expected.
+    fn linger_for_expected_appends(&self) {
+        let shared = &self.shared;
+        let expected = shared.expected_appends.load(Ordering::Relaxed);
+        let arrived =
+            || shared.append_count.load(Ordering::Relaxed) - shared.appends_at_last_round.load(Ordering::Relaxed);
+        if shared.group_commit_linger.is_zero() || arrived() >= expected {
+            return;
+        }
+        let deadline = Instant::now() + shared.group_commit_linger;
+        let mut round = lock(&shared.round);
+        while arrived() < expected {
+            let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|left| !left.is_zero()) else {
+                return;
+            };
+            round = shared.appended.wait_timeout(round, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+        }
+    }
+
     fn publish(&self, completed: Result<u64, LogError>) {
         match completed {
             Ok(durable) => {
+                let waiters = self.shared.durability.receiver_count() as u64;
+                self.shared.expected_appends.store(waiters, Ordering::Relaxed);
                 self.shared.durability.send_if_modified(|state| match state {
                     Durability::Durable(published) if *published < durable => {
                         *published = durable;
