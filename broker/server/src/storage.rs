@@ -66,6 +66,10 @@ impl Storage for FileStorage {
         // SAFETY: see the module docs — the file is ours, sized to the map, and never
         // shrunk while mapped.
         let map = unsafe { MmapMut::map_mut(&file)? };
+        // Index lookups are binary searches and appends touch one page at a time:
+        // readahead on a fault would read (and zero-fill) megabytes of a mostly
+        // sparse preallocated file for an 8-byte write.
+        map.advise(memmap2::Advice::Random)?;
         Ok(Box::new(FileMap { map }))
     }
 }
