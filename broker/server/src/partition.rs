@@ -12,6 +12,14 @@
 //! [`Partition::wait_durable`] on a watch of the durable offset. At most one round
 //! per partition runs at a time.
 //!
+//! A round starts by lingering briefly (at most `group_commit_linger`) until as many
+//! appends arrived as there were waiters when the previous round published: the
+//! appenders it released usually append again within microseconds, and without the
+//! wait they would split into two halves that alternate between fdatasyncs.
+//!
+//! Truncation must go through the log's owner together with the durable watch
+//! (replication will add a `Partition` method for it); `with_log` is for reads.
+//!
 //! Invariants: the published durable offset only grows; once the log is fenced the
 //! watch says so and every waiter gets the error instead of waiting forever.
 

@@ -7,11 +7,17 @@
 //!    every segment sealed since the last round (`.log` and trimmed indexes), and
 //!    the directory when segments were created;
 //! 2. without the lock, [`FlushTicket::execute`] syncs all of it (appends keep going
-//!    meanwhile; they will ride the next round) and, when sealed segments were
-//!    synced, moves the recovery-point checkpoint up to the target;
+//!    meanwhile; they will ride the next round);
 //! 3. under the lock, [`super::Log::complete_flush`] advances the durable offset to
-//!    the target — unless the log was truncated in between (the ticket's generation
-//!    is stale), in which case the next round decides.
+//!    the target and, when the round synced sealed segments, moves the
+//!    recovery-point checkpoint up to the base of the segment that was active when
+//!    the round began (that segment's indexes were not synced by this round, so
+//!    recovery must still scan it) — unless the log was truncated in between (the
+//!    ticket's generation is stale), in which case the next round decides.
+//!
+//! The checkpoint is written under the lock, so a stale round can never move it
+//! past a truncation. It costs two small syncs and happens only in the first round
+//! after a roll.
 //!
 //! Every append that arrived while a round ran is covered by the next single round:
 //! that is the group commit.
@@ -19,7 +25,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::checkpoint::write_recovery_point;
 use super::LogError;
 use crate::storage::{File, Storage};
 
@@ -31,6 +36,9 @@ pub struct FlushTicket {
     pub(crate) target_offset: u64,
     pub(crate) logs: Vec<(PathBuf, Arc<dyn File>)>,
     pub(crate) sealed_index_paths: Vec<PathBuf>,
+    /// Where the recovery point may move once this round completes: the base of the
+    /// segment active at its start, when it synced sealed segments.
+    pub(crate) recovery_point: Option<u64>,
     pub(crate) sync_dir: bool,
     pub(crate) generation: u64,
 }
@@ -56,9 +64,6 @@ impl FlushTicket {
         }
         if self.sync_dir {
             self.storage.sync_dir(&self.dir).map_err(LogError::io("sync directory", &self.dir))?;
-        }
-        if !self.sealed_index_paths.is_empty() {
-            write_recovery_point(self.storage.as_ref(), &self.dir, self.target_offset)?;
         }
         Ok(())
     }

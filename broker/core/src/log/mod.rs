@@ -413,6 +413,7 @@ impl Log {
             dir: self.dir.clone(),
             target_offset: self.log_end_offset(),
             logs,
+            recovery_point: (!sealed_index_paths.is_empty()).then_some(active.base_offset),
             sealed_index_paths,
             sync_dir: self.dir_dirty,
             generation: self.generation,
@@ -427,11 +428,14 @@ impl Log {
     /// errors are not retryable).
     pub fn complete_flush(&mut self, ticket: FlushTicket, result: Result<(), LogError>) -> Result<u64, LogError> {
         self.fence(result)?;
-        if ticket.generation == self.generation {
-            if !ticket.sealed_index_paths.is_empty() {
-                self.recovery_point = ticket.target_offset;
-            }
-            self.durable_offset = self.durable_offset.max(ticket.target_offset.min(self.log_end_offset()));
+        if ticket.generation != self.generation {
+            return Ok(self.durable_offset);
+        }
+        self.durable_offset = self.durable_offset.max(ticket.target_offset.min(self.log_end_offset()));
+        if let Some(recovery_point) = ticket.recovery_point.filter(|point| *point > self.recovery_point) {
+            let written = write_recovery_point(self.storage.as_ref(), &self.dir, recovery_point);
+            self.fence(written)?;
+            self.recovery_point = recovery_point;
         }
         Ok(self.durable_offset)
     }

@@ -13,8 +13,9 @@
 //!    between segments is a tear at the end of the earlier one. Corruption fences.
 //! 5. Sync what recovery changed, checkpoint the new end, and open for appends.
 //!
-//! A recovery point beyond the log end (a checkpoint raced a truncation) only means
-//! the last segment is scanned, which step 3 does anyway.
+//! Trusted segments must follow each other without a gap or overlap; if they do not,
+//! the recovery point vouched for data that is not there, and the partition is
+//! fenced rather than served with a hole.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -58,13 +59,15 @@ impl Log {
         } else if clean_shutdown {
             for (index, &base) in bases.iter().enumerate() {
                 let active = index + 1 == bases.len();
-                segments.push_back(open_trusted(storage.as_ref(), &dir, base, &config, active, &mut report)?);
+                let segment = open_trusted(storage.as_ref(), &dir, base, &config, active, &mut report)?;
+                push_contiguous(&mut segments, segment)?;
             }
         } else {
             let recovery_point = read_recovery_point(storage.as_ref(), &dir);
             let scan_from = bases.partition_point(|&base| base <= recovery_point).saturating_sub(1);
             for &base in &bases[..scan_from] {
-                segments.push_back(open_trusted(storage.as_ref(), &dir, base, &config, false, &mut report)?);
+                let segment = open_trusted(storage.as_ref(), &dir, base, &config, false, &mut report)?;
+                push_contiguous(&mut segments, segment)?;
             }
             recover_tail(storage.as_ref(), &dir, &bases[scan_from..], &config, &mut segments, &mut report)?;
         }
@@ -107,6 +110,19 @@ impl Log {
         self.durable_offset = self.log_end_offset();
         Ok(())
     }
+}
+
+/// Appends a trusted segment, fencing on a gap or overlap with the previous one.
+fn push_contiguous(segments: &mut VecDeque<Segment>, segment: Segment) -> Result<(), LogError> {
+    if let Some(previous) = segments.back().filter(|previous| previous.next_offset != segment.base_offset) {
+        let reason = format!(
+            "the next segment starts at offset {} but this one ends at {} (data the recovery point vouched for is missing)",
+            segment.base_offset, previous.next_offset
+        );
+        return Err(previous.corrupt(previous.size_bytes, reason));
+    }
+    segments.push_back(segment);
+    Ok(())
 }
 
 /// Base offsets of the segments in `dir`, ascending, after deleting leftovers.
