@@ -1,6 +1,7 @@
 //! `weir serve`: opens the data directory, keeps partitions recovered, retained and
 //! flushed, and shuts down cleanly on Ctrl-C or SIGTERM.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;

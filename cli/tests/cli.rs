@@ -35,7 +35,6 @@ fn serve_recovers_and_stops_cleanly_on_sigterm() {
         .args(["serve", "--data-dir"])
         .arg(temp.path())
         .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
