@@ -11,6 +11,7 @@ use tracing_subscriber::EnvFilter;
 pub fn run(data_dir: PathBuf, retention_check_interval_ms: u64) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let mut config = LogDirConfig::new(data_dir.clone());
     config.retention_check_interval_ms = retention_check_interval_ms;

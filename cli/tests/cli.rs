@@ -6,13 +6,24 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use abi::batch::BatchBuilder;
 use broker::{LogDir, LogDirConfig};
 
 fn weir() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weir"))
+}
+
+/// Kills the child when dropped, so a failed assertion never leaves a `weir serve`
+/// holding the test harness's output pipe open.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Writes `batch_count` batches to `orders-0` and stops without a clean shutdown.
@@ -31,15 +42,17 @@ fn partition_left_uncleanly(data_dir: &Path, batch_count: usize) {
 fn serve_recovers_and_stops_cleanly_on_sigterm() {
     let temp = tempfile::tempdir().unwrap();
     partition_left_uncleanly(temp.path(), 5);
-    let mut child = weir()
-        .args(["serve", "--data-dir"])
-        .arg(temp.path())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = KillOnDrop(
+        weir()
+            .args(["serve", "--data-dir"])
+            .arg(temp.path())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();
     for line in lines.by_ref() {
         let line = line.unwrap();
@@ -50,10 +63,10 @@ fn serve_recovers_and_stops_cleanly_on_sigterm() {
     }
     let log = seen.join("\n");
     assert!(log.contains("recovered after an unclean stop") && log.contains("partition_count=1"), "{log}");
-    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let killed = Command::new("kill").args(["-TERM", &child.0.id().to_string()]).status().unwrap();
     assert!(killed.success());
     let rest: Vec<String> = lines.map(Result::unwrap).collect();
-    let status = child.wait().unwrap();
+    let status = child.0.wait().unwrap();
     assert!(status.success(), "{status}: {}", rest.join("\n"));
     assert!(rest.join("\n").contains("stopped cleanly"));
     assert!(temp.path().join("orders-0/clean-shutdown").exists(), "clean-shutdown marker written");
