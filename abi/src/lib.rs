@@ -10,18 +10,22 @@
 //!   records; the full model ([`RecordBatch`]) encodes and decodes every byte.
 //! - [`varint`]: the zigzag varints and varlongs used inside records.
 //!
-//! The Cap'n Proto schema of Weir's own RPCs and the `ErrorCode` table arrive
-//! later and will live here too.
+//! - [`error_code`]: the one table of wire error codes every SDK maps from.
+//!
+//! The Cap'n Proto schema of Weir's own RPCs arrives with the RPC edge and will
+//! live here too.
 //!
 //! Invariants: decoding never panics on any input and reports typed errors;
 //! re-encoding a decoded batch reproduces its bytes exactly whenever its
 //! varints were in their shortest form (as every Kafka client writes them).
 
 pub mod batch;
+pub mod error_code;
 pub mod varint;
 
 pub use batch::{
     set_base_offset, set_partition_leader_epoch, Attributes, BatchBuilder, BatchError, BatchIter, BatchView,
     Compression, Header, Record, RecordBatch, TimestampType, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES, MAGIC_V2,
 };
+pub use error_code::ErrorCode;
 pub use varint::VarintError;
