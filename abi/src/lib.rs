@@ -12,8 +12,9 @@
 //!
 //! - [`error_code`]: the one table of wire error codes every SDK maps from.
 //!
-//! The Cap'n Proto schema of Weir's own RPCs arrives with the RPC edge and will
-//! live here too.
+//! - [`weir_capnp`]: Rust generated from `abi/schema/weir.capnp`, the client RPC
+//!   contract (checked in, so building needs no `capnp` binary; `tests/schema.rs`
+//!   fails when it is stale).
 //!
 //! Invariants: decoding never panics on any input and reports typed errors;
 //! re-encoding a decoded batch reproduces its bytes exactly whenever its
@@ -22,6 +23,11 @@
 pub mod batch;
 pub mod error_code;
 pub mod varint;
+
+/// Generated from `schema/weir.capnp` by capnpc; do not edit (see `tests/schema.rs`).
+#[allow(clippy::all, clippy::pedantic, clippy::unwrap_used, clippy::expect_used, missing_debug_implementations)]
+#[rustfmt::skip]
+pub mod weir_capnp;
 
 pub use batch::{
     set_base_offset, set_partition_leader_epoch, Attributes, BatchBuilder, BatchError, BatchIter, BatchView,

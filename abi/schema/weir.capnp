@@ -1,0 +1,136 @@
+# Weir's client RPC contract (Cap'n Proto). This file is the public API.
+#
+# Rules: ordinals (@N) are never reused or renumbered; fields and methods are only
+# ever added. Errors are a code from the ErrorCode table (abi/src/error_code.rs)
+# plus a human-readable message. Record batches travel as Kafka RecordBatch v2
+# bytes, exactly as stored.
+
+@0x8be2623334f78c34;
+
+struct Error {
+  code @0 :UInt16;       # ErrorCode number; 0 never appears (absence of error is a null pointer)
+  message @1 :Text;
+}
+
+struct ConfigEntry {
+  key @0 :Text;          # Kafka-style names: retention.ms, segment.bytes, flush.policy, ...
+  value @1 :Text;
+}
+
+# ---- metadata ----
+
+struct BrokerInfo {
+  id @0 :Int32;
+  host @1 :Text;
+  port @2 :UInt16;
+}
+
+struct PartitionMetadata {
+  partition @0 :Int32;
+  leader @1 :Int32;          # broker id; -1 when none
+  leaderEpoch @2 :Int32;
+  replicas @3 :List(Int32);
+  isr @4 :List(Int32);
+  error @5 :Error;           # e.g. StorageError for an offline partition
+}
+
+struct TopicMetadata {
+  name @0 :Text;
+  partitions @1 :List(PartitionMetadata);
+  error @2 :Error;           # UnknownTopicOrPartition when asked for a missing topic
+}
+
+struct Metadata {
+  brokers @0 :List(BrokerInfo);
+  controllerId @1 :Int32;
+  topics @2 :List(TopicMetadata);
+}
+
+# ---- admin ----
+
+struct TopicSpec {
+  name @0 :Text;
+  partitionCount @1 :Int32;
+  replicationFactor @2 :Int16;
+  configs @3 :List(ConfigEntry);
+}
+
+struct TopicDescription {
+  name @0 :Text;
+  partitions @1 :List(PartitionMetadata);
+  configs @2 :List(ConfigEntry);   # effective configs
+}
+
+interface Admin {
+  createTopic @0 (spec :TopicSpec) -> (error :Error);
+  deleteTopic @1 (name :Text) -> (error :Error);
+  listTopics @2 () -> (names :List(Text));
+  describeTopic @3 (name :Text) -> (description :TopicDescription, error :Error);
+  alterTopicConfig @4 (name :Text, configs :List(ConfigEntry)) -> (error :Error);
+}
+
+# ---- produce ----
+
+enum Acks {
+  none @0;               # acks=0: answered at once
+  leader @1;             # acks=1: after the leader's durable append
+  all @2;                # acks=all: after every in-sync replica has it durably
+}
+
+struct ProduceRequest {
+  topic @0 :Text;
+  partition @1 :Int32;
+  acks @2 :Acks;
+  timeoutMs @3 :UInt32;
+  batches @4 :Data;      # one or more RecordBatch v2, back to back
+}
+
+struct ProduceResponse {
+  baseOffset @0 :Int64;      # of the first record; -1 on error or acks=none
+  logAppendTimeMs @1 :Int64; # -1 unless the topic uses LogAppendTime
+  logStartOffset @2 :Int64;
+  error @3 :Error;
+}
+
+# ---- fetch ----
+
+struct FetchRequest {
+  topic @0 :Text;
+  partition @1 :Int32;
+  offset @2 :Int64;
+  maxBytes @3 :UInt32;       # at least one whole batch is returned even if larger
+  minBytes @4 :UInt32;       # long poll: wait until this many bytes are available ...
+  maxWaitMs @5 :UInt32;      # ... or this much time has passed
+}
+
+struct FetchResponse {
+  batches @0 :Data;          # whole RecordBatch v2, exactly as stored
+  highWatermark @1 :Int64;
+  logStartOffset @2 :Int64;
+  error @3 :Error;
+}
+
+# ---- offsets and producers ----
+
+struct OffsetQuery {
+  union {
+    earliest @0 :Void;
+    latest @1 :Void;
+    timestampMs @2 :Int64;   # first offset whose record timestamp is >= this
+  }
+}
+
+struct ProducerId {
+  producerId @0 :Int64;
+  producerEpoch @1 :Int16;
+}
+
+# The bootstrap capability a client gets on connecting.
+interface Broker {
+  metadata @0 (topics :List(Text)) -> (metadata :Metadata);   # empty list = all topics
+  admin @1 () -> (admin :Admin);
+  produce @2 (request :ProduceRequest) -> (response :ProduceResponse);
+  fetch @3 (request :FetchRequest) -> (response :FetchResponse);
+  listOffset @4 (topic :Text, partition :Int32, query :OffsetQuery) -> (offset :Int64, timestampMs :Int64, error :Error);
+  initProducerId @5 () -> (id :ProducerId, error :Error);
+}
