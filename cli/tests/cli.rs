@@ -34,7 +34,7 @@ fn partition_left_uncleanly(data_dir: &Path, batch_count: usize) {
         let mut builder = BatchBuilder::new(1_700_000_000_000 + index as i64);
         builder.push(1_700_000_000_000 + index as i64, Some(b"key"), Some(format!("value {index}").as_bytes()), &[]);
         partition.append(&mut builder.encode(), 0).unwrap();
-        partition.with_log(|log| log.flush()).unwrap();
+        partition.flush().unwrap();
     }
 }
 

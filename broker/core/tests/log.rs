@@ -9,6 +9,18 @@ use broker_core::storage::mem::MemStorage;
 use broker_core::storage::Storage;
 use support::{batch, open, read_all, records_of, small_config};
 
+/// CRC-32C (Castagnoli), bit by bit: independent of the crate the log uses.
+fn crc32c_of(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc ^= byte as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0x82F6_3B78 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
 fn value(index: usize) -> Vec<u8> {
     format!("value-{index:05}-{}", "x".repeat(index % 50)).into_bytes()
 }
@@ -47,7 +59,20 @@ fn append_rejects_bad_batches_and_writes_nothing() {
     let error = log.append(&mut request, 0).unwrap_err();
     assert!(matches!(error, LogError::InvalidBatch { batch_index: 1, .. }), "{error}");
     let mut huge = batch(&[(1, vec![0u8; 5000])]);
-    assert!(matches!(log.append(&mut huge, 0), Err(LogError::BatchTooLarge { .. })));
+    let untouched = huge.clone();
+    assert!(matches!(log.append(&mut huge, 0), Err(LogError::AppendTooLarge { .. })));
+    assert_eq!(huge, untouched, "a rejected request is not stamped");
+    let mut strict = open(&MemStorage::new(), &LogConfig { batch_bytes_max: 1024, ..small_config() }).unwrap();
+    let mut big = batch(&[(1, vec![0u8; 2000])]);
+    assert!(matches!(strict.append(&mut big, 0), Err(LogError::BatchTooLarge { batch_index: 0, .. })));
+    let mut gappy = batch(&[(1, b"a".to_vec()), (1, b"b".to_vec())]);
+    gappy[abi::batch::field::LAST_OFFSET_DELTA + 3] = 9; // delta 9 for 2 records; the CRC is recomputed below
+    let crc = crc32c_of(&gappy[abi::batch::field::ATTRIBUTES..]);
+    gappy[abi::batch::field::CRC..abi::batch::field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    assert!(
+        matches!(log.append(&mut gappy, 0), Err(LogError::InvalidBatch { batch_index: 0, .. })),
+        "offset gaps are refused"
+    );
     assert!(matches!(log.append(&mut [], 0), Err(LogError::EmptyAppend)));
     let mut truncated = good[..good.len() - 1].to_vec();
     assert!(matches!(log.append(&mut truncated, 0), Err(LogError::InvalidBatch { .. })));

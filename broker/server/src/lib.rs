@@ -41,6 +41,6 @@ pub mod log_dir;
 pub mod partition;
 pub mod storage;
 
-pub use log_dir::{LogDir, LogDirConfig};
+pub use log_dir::{CreatePartitionError, LogDir, LogDirConfig};
 pub use partition::{Durability, Partition};
 pub use storage::FileStorage;

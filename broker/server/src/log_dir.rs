@@ -57,9 +57,34 @@ impl LogDirConfig {
 
 /// A partition that could not be opened, and why.
 #[derive(Debug)]
-pub struct OfflinePartition {
-    pub name: String,
-    pub error: LogError,
+struct OfflinePartition {
+    name: String,
+    error: LogError,
+}
+
+/// Why a partition could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreatePartitionError {
+    /// Topic names are 1–249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
+    #[error("invalid topic name {name:?}: {reason}")]
+    InvalidTopicName { name: String, reason: &'static str },
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+/// Checks a topic name against Kafka's rules (it becomes a directory name).
+pub fn validate_topic_name(name: &str) -> Result<(), CreatePartitionError> {
+    let invalid = |reason| Err(CreatePartitionError::InvalidTopicName { name: name.to_owned(), reason });
+    if name.is_empty() || name.len() > 249 {
+        return invalid("must be 1 to 249 characters");
+    }
+    if name == "." || name == ".." {
+        return invalid("must not be . or ..");
+    }
+    if !name.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-')) {
+        return invalid("may only contain ASCII letters, digits, '.', '_' and '-'");
+    }
+    Ok(())
 }
 
 /// The open data directory.
@@ -151,14 +176,18 @@ impl LogDir {
         &self.shared.config.data_dir
     }
 
-    /// Creates (or opens) the log of `topic`'s `partition`.
-    pub fn create_partition(&self, topic: &str, partition: u32) -> Result<Partition, LogError> {
+    /// Creates (or opens) the log of `topic`'s `partition`. The partition map stays
+    /// locked while it opens, so one directory is never opened twice.
+    pub fn create_partition(&self, topic: &str, partition: u32) -> Result<Partition, CreatePartitionError> {
+        validate_topic_name(topic)?;
         let name = format!("{topic}-{partition}");
-        if let Some(existing) = lock(&self.shared.partitions).get(&name) {
+        let mut partitions = lock(&self.shared.partitions);
+        if let Some(existing) = partitions.get(&name) {
             return Ok(existing.clone());
         }
         let opened = self.shared.open_partition(&name)?;
-        Ok(lock(&self.shared.partitions).entry(name).or_insert(opened).clone())
+        partitions.insert(name, opened.clone());
+        Ok(opened)
     }
 
     /// The open partition named `topic-partition`.

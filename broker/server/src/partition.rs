@@ -123,18 +123,29 @@ impl Partition {
         &self.shared.name
     }
 
-    /// Runs `f` on the open log, with its lock held; fails once the partition is closed.
-    pub fn with_log<T>(&self, f: impl FnOnce(&mut Log) -> Result<T, LogError>) -> Result<T, LogError> {
+    /// Runs `f` on the open log (read-only), with its lock held; fails once the
+    /// partition is closed. Changes go through `Partition` methods, which keep the
+    /// durable-offset watch in step with the log.
+    pub fn with_log<T>(&self, f: impl FnOnce(&Log) -> Result<T, LogError>) -> Result<T, LogError> {
+        self.with_log_mut(|log| f(log))
+    }
+
+    fn with_log_mut<T>(&self, f: impl FnOnce(&mut Log) -> Result<T, LogError>) -> Result<T, LogError> {
         match lock(&self.shared.log).as_mut() {
             Some(log) => f(log),
-            None => Err(self.fenced("the partition is closed".to_owned())),
+            None => Err(self.closed()),
         }
+    }
+
+    fn closed(&self) -> LogError {
+        LogError::Closed { dir: self.shared.dir.clone() }
     }
 
     /// Appends batches (see [`Log::append`]); under `flush.policy=always` also
     /// schedules the group-commit round that will make them durable.
     pub fn append(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
-        let info = self.with_log(|log| log.append(batches, leader_epoch))?;
+        let info =
+            self.with_log_mut(|log| log.append(batches, leader_epoch)).inspect_err(|_| self.publish_if_fenced())?;
         self.shared.append_count.fetch_add(1, Ordering::Relaxed);
         if self.shared.flush_policy == FlushPolicy::Always {
             self.schedule_round();
@@ -149,8 +160,7 @@ impl Partition {
             Durability::Durable(durable) => *durable >= offset,
             Durability::Failed(_) => true,
         };
-        let state =
-            receiver.wait_for(reached).await.map_err(|_| self.fenced("the partition was dropped".to_owned()))?.clone();
+        let state = receiver.wait_for(reached).await.map_err(|_| self.closed())?.clone();
         match state {
             Durability::Durable(durable) => Ok(durable),
             Durability::Failed(reason) => Err(self.fenced(reason)),
@@ -199,11 +209,17 @@ impl Partition {
         self.linger_for_expected_appends();
         self.shared.appends_at_last_round.store(self.shared.append_count.load(Ordering::Relaxed), Ordering::Relaxed);
         let ticket = lock(&self.shared.log).as_mut().and_then(Log::begin_flush);
-        if let Some(ticket) = ticket {
-            let result = ticket.execute();
-            let completed = self.with_log(|log| log.complete_flush(ticket, result));
-            self.publish(completed);
-            self.shared.flush_round_count.fetch_add(1, Ordering::Relaxed);
+        match ticket {
+            Some(ticket) => {
+                let result = ticket.execute();
+                // `None`: closed meanwhile; the shutdown flushed everything itself.
+                let completed = lock(&self.shared.log).as_mut().map(|log| log.complete_flush(ticket, result));
+                if let Some(completed) = completed {
+                    self.publish(completed);
+                }
+                self.shared.flush_round_count.fetch_add(1, Ordering::Relaxed);
+            }
+            None => self.publish_if_fenced(),
         }
         let mut round = lock(&self.shared.round);
         if *round == RoundState::RunningDirty {
@@ -213,6 +229,25 @@ impl Partition {
         } else {
             *round = RoundState::Idle;
         }
+    }
+
+    /// Tells every waiter when the log fenced itself (on any operation), so nobody
+    /// waits for a durability that will never come.
+    fn publish_if_fenced(&self) {
+        let reason = lock(&self.shared.log).as_ref().and_then(|log| log.fenced_reason().map(str::to_owned));
+        if let Some(reason) = reason {
+            self.shared.durability.send_replace(Durability::Failed(reason));
+        }
+    }
+
+    /// Flushes now in the caller's thread and publishes the result.
+    pub fn flush(&self) -> Result<u64, LogError> {
+        let flushed = self.with_log_mut(Log::flush);
+        match &flushed {
+            Ok(durable) => self.publish(Ok(*durable)),
+            Err(_) => self.publish_if_fenced(),
+        }
+        flushed
     }
 
     /// Appenders released by the previous round usually append again within
@@ -261,7 +296,7 @@ impl Partition {
     /// Applies retention at `now_ms`; deletes the retired files without the lock.
     /// Returns how many segments and bytes went.
     pub fn apply_retention(&self, now_ms: i64) -> Result<(usize, u64), LogError> {
-        let Some(retired) = self.with_log(|log| log.apply_retention(now_ms))? else { return Ok((0, 0)) };
+        let Some(retired) = self.with_log_mut(|log| log.apply_retention(now_ms))? else { return Ok((0, 0)) };
         let (segment_count, size_bytes) = (retired.segment_count, retired.size_bytes);
         retired.delete()?;
         Ok((segment_count, size_bytes))

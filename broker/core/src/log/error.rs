@@ -49,6 +49,9 @@ pub enum LogError {
     /// The log's configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The log was closed (shutdown); its owner must not be used any more.
+    #[error("partition log {} is closed", dir.display())]
+    Closed { dir: PathBuf },
     /// An earlier IO failure left the log in an unknown state; it refuses writes.
     #[error("partition log {} is fenced after an earlier failure: {reason}", dir.display())]
     Fenced { dir: PathBuf, reason: String },

@@ -39,7 +39,10 @@ pub struct FlushTicket {
     /// Where the recovery point may move once this round completes: the base of the
     /// segment active at its start, when it synced sealed segments.
     pub(crate) recovery_point: Option<u64>,
-    pub(crate) sync_dir: bool,
+    /// Sealed segments this round syncs (they stay pending until it completes).
+    pub(crate) sealed_bases: Vec<u64>,
+    /// The directory version this round syncs, when segment files were created.
+    pub(crate) dir_version: Option<u64>,
     pub(crate) generation: u64,
 }
 
@@ -62,7 +65,7 @@ impl FlushTicket {
                 Err(error) => return Err(LogError::Io { op: "open", path: path.clone(), source: error }),
             }
         }
-        if self.sync_dir {
+        if self.dir_version.is_some() {
             self.storage.sync_dir(&self.dir).map_err(LogError::io("sync directory", &self.dir))?;
         }
         Ok(())

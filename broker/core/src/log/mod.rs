@@ -79,8 +79,10 @@ pub struct Log {
     recovery_point: u64,
     /// Base offsets of segments sealed since the last flush round.
     unsynced_sealed: Vec<u64>,
-    /// Segment files were created since the last flush round.
-    dir_dirty: bool,
+    /// Bumped whenever segment files are created; the directory is synced up to
+    /// `dir_synced_version` (a round records the version it syncs).
+    dir_version: u64,
+    dir_synced_version: u64,
     /// Bumped by every truncation; flush rounds started before one are stale.
     generation: u64,
     fenced: Option<String>,
@@ -166,7 +168,9 @@ impl Log {
 
     /// Whether a flush round has something to do.
     pub fn has_unflushed(&self) -> bool {
-        self.durable_offset < self.log_end_offset() || !self.unsynced_sealed.is_empty() || self.dir_dirty
+        self.durable_offset < self.log_end_offset()
+            || !self.unsynced_sealed.is_empty()
+            || self.dir_version > self.dir_synced_version
     }
 
     fn active(&self) -> &Segment {
@@ -197,15 +201,15 @@ impl Log {
     /// `leader_epoch` in place, and writes them with one write. All or nothing.
     pub fn append(&mut self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
         self.check_not_fenced()?;
+        if batches.len() as u64 > self.config.segment_bytes_max {
+            let segment_bytes_max = self.config.segment_bytes_max;
+            return Err(LogError::AppendTooLarge { size_bytes: batches.len(), segment_bytes_max });
+        }
         let headers = self.validate_and_stamp(batches, leader_epoch)?;
         let (first, last) = match (headers.first(), headers.last()) {
             (Some(first), Some(last)) => (*first, *last),
             _ => return Err(LogError::EmptyAppend),
         };
-        if batches.len() as u64 > self.config.segment_bytes_max {
-            let segment_bytes_max = self.config.segment_bytes_max;
-            return Err(LogError::AppendTooLarge { size_bytes: batches.len(), segment_bytes_max });
-        }
         let newest_timestamp = headers.iter().map(|header| header.max_timestamp).max().unwrap_or(-1);
         if self.should_roll(batches.len() as u64, last.last_offset, newest_timestamp) {
             self.roll()?;
@@ -231,6 +235,15 @@ impl Log {
                 return Err(LogError::BatchTooLarge { batch_index, size_bytes: view.size_bytes(), batch_bytes_max });
             }
             view.validate().map_err(|source| LogError::InvalidBatch { batch_index, source })?;
+            // A producer's batch has no gaps: one offset per record. (Gaps only come
+            // from compaction, through replication, which will append differently.)
+            if i64::from(view.last_offset_delta()) + 1 != i64::from(view.records_count()) {
+                let source = abi::batch::BatchError::InvalidRecordCount {
+                    records_count: view.records_count(),
+                    last_offset_delta: view.last_offset_delta(),
+                };
+                return Err(LogError::InvalidBatch { batch_index, source });
+            }
             spans.push((position, view.size_bytes(), view.last_offset_delta() as u64, view.max_timestamp()));
             position += view.size_bytes();
             rest = tail;
@@ -280,7 +293,7 @@ impl Log {
         self.unsynced_sealed.push(sealed_base);
         let segment = Segment::create(storage.as_ref(), &self.dir, base_offset, &self.config)?;
         self.segments.push_back(segment);
-        self.dir_dirty = true;
+        self.dir_version += 1;
         Ok(())
     }
 
@@ -347,8 +360,16 @@ impl Log {
         let mut bytes = vec![0u8; header.size_bytes as usize];
         segment.log.read_exact_at(&mut bytes, position).map_err(LogError::io("read", &segment.log_path))?;
         let Ok(batch) = RecordBatch::decode(&bytes) else { return Ok(header.base_offset) };
-        let record = batch.records.iter().find(|record| batch.base_timestamp + record.timestamp_delta >= timestamp);
-        Ok(record.map_or(header.base_offset, |record| header.base_offset + record.offset_delta as u64))
+        let record = batch
+            .records
+            .iter()
+            .find(|record| batch.base_timestamp.saturating_add(record.timestamp_delta) >= timestamp);
+        // Record offset deltas are not checked at append; never trust one past the batch.
+        let offset = record
+            .and_then(|record| u64::try_from(record.offset_delta).ok())
+            .map(|delta| header.base_offset + delta)
+            .filter(|offset| *offset <= header.last_offset);
+        Ok(offset.unwrap_or(header.base_offset))
     }
 
     /// Removes every batch whose last offset is `>= offset` (for replication: a
@@ -366,6 +387,13 @@ impl Log {
     fn truncate_inner(&mut self, offset: u64) -> Result<u64, LogError> {
         let storage = self.storage.clone();
         let restart = offset < self.log_start_offset();
+        // Lower the recovery point first: a crash part-way through must never leave a
+        // checkpoint above the log end (recovery would fence the partition).
+        let safe_point = if restart { offset } else { self.segment_for(offset).base_offset };
+        if self.recovery_point > safe_point {
+            write_recovery_point(storage.as_ref(), &self.dir, safe_point)?;
+            self.recovery_point = safe_point;
+        }
         let mut removed = Vec::new();
         while self.segments.back().is_some_and(|segment| restart || segment.base_offset > offset) {
             removed.extend(self.segments.pop_back().expect("checked non-empty").paths());
@@ -388,39 +416,36 @@ impl Log {
         active.log.sync_data().map_err(LogError::io("sync", &active.log_path))?;
         self.generation += 1;
         self.durable_offset = self.durable_offset.min(log_end_offset);
-        if self.recovery_point > log_end_offset {
-            write_recovery_point(storage.as_ref(), &self.dir, log_end_offset)?;
-            self.recovery_point = log_end_offset;
-        }
         Ok(log_end_offset)
     }
 
-    /// Starts a flush round, or `None` when everything is already durable.
+    /// Starts a flush round, or `None` when everything is already durable. What the
+    /// round covers stays pending until [`Log::complete_flush`], so any round begun
+    /// meanwhile (a shutdown's, say) syncs it too rather than assuming it done.
     pub fn begin_flush(&mut self) -> Option<FlushTicket> {
         if self.fenced.is_some() || !self.has_unflushed() {
             return None;
         }
         let mut logs = Vec::new();
         let mut sealed_index_paths = Vec::new();
-        for segment in self.segments.iter().filter(|segment| self.unsynced_sealed.contains(&segment.base_offset)) {
+        let sealed = self.segments.iter().filter(|segment| self.unsynced_sealed.contains(&segment.base_offset));
+        for segment in sealed {
             logs.push((segment.log_path.clone(), segment.log.clone()));
             sealed_index_paths.extend(segment.paths().into_iter().skip(1));
         }
         let active = self.active();
         logs.push((active.log_path.clone(), active.log.clone()));
-        let ticket = FlushTicket {
+        Some(FlushTicket {
             storage: self.storage.clone(),
             dir: self.dir.clone(),
             target_offset: self.log_end_offset(),
             logs,
             recovery_point: (!sealed_index_paths.is_empty()).then_some(active.base_offset),
+            sealed_bases: self.unsynced_sealed.clone(),
             sealed_index_paths,
-            sync_dir: self.dir_dirty,
+            dir_version: (self.dir_version > self.dir_synced_version).then_some(self.dir_version),
             generation: self.generation,
-        };
-        self.unsynced_sealed.clear();
-        self.dir_dirty = false;
-        Some(ticket)
+        })
     }
 
     /// Ends a flush round with the result of [`FlushTicket::execute`]; returns the
@@ -432,6 +457,10 @@ impl Log {
             return Ok(self.durable_offset);
         }
         self.durable_offset = self.durable_offset.max(ticket.target_offset.min(self.log_end_offset()));
+        self.unsynced_sealed.retain(|base| !ticket.sealed_bases.contains(base));
+        if let Some(version) = ticket.dir_version {
+            self.dir_synced_version = self.dir_synced_version.max(version);
+        }
         if let Some(recovery_point) = ticket.recovery_point.filter(|point| *point > self.recovery_point) {
             let written = write_recovery_point(self.storage.as_ref(), &self.dir, recovery_point);
             self.fence(written)?;

@@ -49,6 +49,10 @@ impl Log {
     pub fn open(storage: Arc<dyn Storage>, dir: PathBuf, config: LogConfig) -> Result<Log, LogError> {
         config.validate()?;
         storage.create_dir_all(&dir).map_err(LogError::io("create directory", &dir))?;
+        if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            // A new partition directory's own entry must be durable too.
+            storage.sync_dir(parent).map_err(LogError::io("sync directory", parent))?;
+        }
         let bases = tidy_directory(storage.as_ref(), &dir)?;
         let marker = dir.join(CLEAN_SHUTDOWN_FILE);
         let clean_shutdown = storage.exists(&marker);
@@ -69,7 +73,16 @@ impl Log {
                 let segment = open_trusted(storage.as_ref(), &dir, base, &config, false, &mut report)?;
                 push_contiguous(&mut segments, segment)?;
             }
-            recover_tail(storage.as_ref(), &dir, &bases[scan_from..], &config, &mut segments, &mut report)?;
+            let tail = Tail { bases: &bases[scan_from..], recovery_point };
+            recover_tail(storage.as_ref(), &dir, tail, &config, &mut segments, &mut report)?;
+            let log_end_offset = segments.back().map_or(0, |segment| segment.next_offset);
+            if log_end_offset < recovery_point {
+                let last = segments.back().expect("recovery leaves a segment");
+                let reason = format!(
+                    "the log ends at offset {log_end_offset}, below the recovery point {recovery_point}: synced data is missing"
+                );
+                return Err(last.corrupt(last.size_bytes, reason));
+            }
         }
         let mut log = Log {
             storage: storage.clone(),
@@ -79,7 +92,8 @@ impl Log {
             durable_offset: 0,
             recovery_point: 0,
             unsynced_sealed: Vec::new(),
-            dir_dirty: false,
+            dir_version: 0,
+            dir_synced_version: 0,
             generation: 0,
             fenced: None,
             recovery: report,
@@ -190,16 +204,24 @@ fn is_bad_data(error: &std::io::Error) -> bool {
     matches!(error.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof)
 }
 
-/// Scans `bases` in order, truncating at the first tear; pushes the kept segments.
+/// The segments recovery scans, and the checkpoint that bounds what may be lost.
+struct Tail<'a> {
+    bases: &'a [u64],
+    recovery_point: u64,
+}
+
+/// Scans the tail's segments in order, truncating at the first tear; pushes the
+/// kept segments.
 fn recover_tail(
     storage: &dyn Storage,
     dir: &Path,
-    bases: &[u64],
+    tail: Tail<'_>,
     config: &LogConfig,
     segments: &mut VecDeque<Segment>,
     report: &mut RecoveryReport,
 ) -> Result<(), LogError> {
     let first_recovered = segments.len();
+    let bases = tail.bases;
     for (index, &base) in bases.iter().enumerate() {
         let expected_base = segments.back().map(|segment: &Segment| segment.next_offset);
         if expected_base.is_some_and(|expected| expected > base) {
@@ -208,7 +230,15 @@ fn recover_tail(
             return Err(previous.corrupt(previous.size_bytes, reason));
         }
         if expected_base.is_some_and(|expected| expected < base) {
-            // A gap: the previous segment lost its tail, so nothing from here on was durable.
+            let previous = segments.back().expect("checked above");
+            if segments.len() == first_recovered || base <= tail.recovery_point {
+                // The data missing before `base` was synced (a trusted segment ends
+                // there, or it lies below the recovery point): never cut past it.
+                let reason = format!("segment {base} follows a gap after offset {}", previous.next_offset);
+                return Err(previous.corrupt(previous.size_bytes, reason));
+            }
+            // A gap after a scanned segment: it lost its unsynced tail, so nothing
+            // from here on was durable.
             remove_segments(storage, dir, &bases[index..], report)?;
             break;
         }

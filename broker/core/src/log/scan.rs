@@ -6,8 +6,8 @@
 //! decides what kind of damage it found:
 //!
 //! 1. **Torn tail** — the last write did not fully reach the disk: the batch ends past
-//!    the end of the file (or only zeros follow), *and no valid batch follows
-//!    anywhere after it*. Nothing there was ever durable (a sync covers whole
+//!    the end of the file (or only zeros follow), *and no valid batch continuing
+//!    the log's offsets follows anywhere after it*. Nothing there was ever durable (a sync covers whole
 //!    appends), so recovery truncates at that position.
 //! 2. **Corruption** — a whole batch fails its checks, valid batches follow the
 //!    damaged one, or the "incomplete" batch is in fact whole and valid with only its
@@ -17,8 +17,14 @@
 //! What cannot be told apart: a last batch whose bytes were all zeroed reads like a
 //! zero-filled torn tail, and is truncated.
 //!
-//! The scan reads through a bounded chunk buffer (`SCAN_CHUNK_BYTES`), never the
-//! whole segment at once.
+//! The scan reads through a chunk buffer (`SCAN_CHUNK_BYTES`, grown to one batch
+//! when a batch is bigger), never the whole segment at once; the damaged-length
+//! check reads at most `DAMAGED_LENGTH_CHECK_BYTES_MAX`.
+//!
+//! Known limit: page writeback has no order within a file, so after a power cut an
+//! unsynced tail can in principle hold a later page without an earlier one. That
+//! looks like an invalid batch followed by data and is fenced (never cut): safe, but
+//! it needs an operator. The in-memory storage only models prefix tears.
 
 use std::io;
 
@@ -30,6 +36,9 @@ use crate::storage::File;
 
 /// Bytes read from the file per refill.
 const SCAN_CHUNK_BYTES: usize = 1024 * 1024;
+/// The largest tail checked for "a whole batch with a damaged length field": no
+/// batch is bigger than this, so a longer tail cannot be one.
+const DAMAGED_LENGTH_CHECK_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// How a scan ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,14 +102,14 @@ pub(crate) fn scan_segment(
     let mut position = 0u64;
     let mut next_offset = base_offset;
     while position < file_len {
-        match check_batch(&mut reader, position, next_offset)? {
+        match check_batch(base_offset, &mut reader, position, next_offset)? {
             Ok(header) => {
                 on_batch(position, &header);
                 next_offset = header.next_offset();
                 position += header.size_bytes;
             }
             Err(defect) => {
-                let end = classify(&mut reader, position, defect)?;
+                let end = classify(&mut reader, position, next_offset, defect)?;
                 return Ok(Scan { end });
             }
         }
@@ -109,6 +118,7 @@ pub(crate) fn scan_segment(
 }
 
 fn check_batch(
+    segment_base_offset: u64,
     reader: &mut ChunkReader<'_>,
     position: u64,
     expected_offset: u64,
@@ -129,15 +139,22 @@ fn check_batch(
     if let Err(error) = BatchView::new(bytes).and_then(|view| view.validate()) {
         return Ok(Err(Defect::Invalid(error.to_string())));
     }
-    let header = BatchHeader::parse(bytes).ok_or_else(|| io::Error::other("validated batch header unparsable"))?;
+    let Some(header) = BatchHeader::parse(bytes) else {
+        return Ok(Err(Defect::Invalid("impossible header fields (negative offsets)".to_owned())));
+    };
     if header.base_offset != expected_offset {
         let reason = format!("base offset {} where {expected_offset} was expected", header.base_offset);
+        return Ok(Err(Defect::Invalid(reason)));
+    }
+    if header.last_offset - segment_base_offset > u32::MAX as u64 {
+        let reason = format!("last offset {} does not fit the segment's u32 relative offsets", header.last_offset);
         return Ok(Err(Defect::Invalid(reason)));
     }
     Ok(Ok(header))
 }
 
-fn classify(reader: &mut ChunkReader<'_>, position: u64, defect: Defect) -> io::Result<ScanEnd> {
+/// `expected_offset` is the base offset the batch at `position` should have had.
+fn classify(reader: &mut ChunkReader<'_>, position: u64, expected_offset: u64, defect: Defect) -> io::Result<ScanEnd> {
     match defect {
         Defect::Incomplete(reason) if whole_but_length_damaged(reader, position)? => Ok(ScanEnd::Corrupt {
             position,
@@ -145,7 +162,7 @@ fn classify(reader: &mut ChunkReader<'_>, position: u64, defect: Defect) -> io::
                 "{reason}, yet the bytes to the end of the file form a whole valid batch: its length field is damaged"
             ),
         }),
-        Defect::Incomplete(reason) => match valid_batch_after(reader, position + 1)? {
+        Defect::Incomplete(reason) => match valid_batch_after(reader, position, expected_offset)? {
             Some(later) => Ok(ScanEnd::Corrupt {
                 position,
                 reason: format!("{reason}, yet a valid batch follows at byte {later}"),
@@ -164,7 +181,7 @@ fn classify(reader: &mut ChunkReader<'_>, position: u64, defect: Defect) -> io::
 /// a damaged length, not a torn write.
 fn whole_but_length_damaged(reader: &mut ChunkReader<'_>, position: u64) -> io::Result<bool> {
     let remaining = (reader.file_len - position) as usize;
-    if remaining < abi::batch::BATCH_HEADER_BYTES {
+    if !(abi::batch::BATCH_HEADER_BYTES..=DAMAGED_LENGTH_CHECK_BYTES_MAX).contains(&remaining) {
         return Ok(false);
     }
     let mut bytes = reader.bytes(position, remaining)?.to_vec();
@@ -185,16 +202,35 @@ fn zeros_from(reader: &mut ChunkReader<'_>, mut position: u64) -> io::Result<boo
     Ok(true)
 }
 
-/// The position of the first valid batch starting at or after `from`, if any.
-fn valid_batch_after(reader: &mut ChunkReader<'_>, from: u64) -> io::Result<Option<u64>> {
+/// The position of a valid batch after the incomplete one at `torn_position` that
+/// continues the log: its base offset follows the torn batch's last offset (when
+/// the torn header is readable) or at least `expected_offset`. Valid batches with
+/// other offsets — a producer may store an encoded batch inside a record value —
+/// do not count.
+fn valid_batch_after(
+    reader: &mut ChunkReader<'_>,
+    torn_position: u64,
+    expected_offset: u64,
+) -> io::Result<Option<u64>> {
     let header_bytes = abi::batch::BATCH_HEADER_BYTES as u64;
-    let mut candidate = from;
-    while candidate + header_bytes <= reader.file_len {
+    let torn_next_offset = if torn_position + header_bytes <= reader.file_len {
+        BatchHeader::parse(reader.bytes(torn_position, header_bytes as usize)?).map(|header| header.next_offset())
+    } else {
+        None
+    };
+    let continues = |base_offset: u64| match torn_next_offset {
+        Some(next_offset) => base_offset == next_offset,
+        None => base_offset > expected_offset,
+    };
+    let file_len = reader.file_len;
+    let mut candidate = torn_position + 1;
+    while candidate + header_bytes <= file_len {
         let header = reader.bytes(candidate, header_bytes as usize)?;
         let length = batch_length(header);
         let plausible = header[field::MAGIC] as i8 == MAGIC_V2
             && length >= BATCH_LENGTH_MIN
-            && candidate + LOG_OVERHEAD_BYTES as u64 + length as u64 <= reader.file_len;
+            && candidate + LOG_OVERHEAD_BYTES as u64 + length as u64 <= file_len
+            && BatchHeader::parse(header).is_some_and(|parsed| continues(parsed.base_offset));
         if plausible {
             let size_bytes = LOG_OVERHEAD_BYTES + length as usize;
             let bytes = reader.bytes(candidate, size_bytes)?;

@@ -126,6 +126,13 @@ impl Segment {
         segment.size_bytes = size_bytes;
         segment.check_indexes()?;
         segment.walk_tail()?;
+        let time_entry_past_end = segment
+            .time_index
+            .last()
+            .is_some_and(|entry| base_offset + entry.relative_offset as u64 >= segment.next_offset);
+        if time_entry_past_end {
+            return Err(segment.corrupt(0, "time index points past the segment's last offset".to_owned()));
+        }
         Ok(segment)
     }
 
@@ -258,32 +265,40 @@ impl Segment {
     /// Recomputes the tail metadata (next offset, max timestamp, bytes since the last
     /// index entry) by reading the headers after the last offset index entry.
     fn walk_tail(&mut self) -> Result<(), LogError> {
-        let start = self.offset_index.last().map_or(0, |entry| entry.position as u64);
+        let last_entry = self.offset_index.last();
+        let start = last_entry.map_or(0, |entry| entry.position as u64);
         self.max_timestamp = NO_TIMESTAMP;
         self.offset_of_max_timestamp = self.base_offset;
         if let Some(entry) = self.time_index.last() {
             self.max_timestamp = entry.timestamp;
             self.offset_of_max_timestamp = self.base_offset + entry.relative_offset as u64;
         }
-        self.next_offset = self.base_offset;
         self.first_batch_timestamp = None;
         if start > 0 {
             self.first_batch_timestamp = Some(self.header_at(0)?.max_timestamp);
         }
+        // The base offset is outside the CRC: check continuity so a flipped bit cannot
+        // move the log end.
+        let mut expected_offset = self.base_offset + last_entry.map_or(0, |entry| entry.relative_offset as u64);
         let mut position = start;
         while position < self.size_bytes {
             let header = self.header_at(position)?;
+            if header.base_offset != expected_offset || header.last_offset - self.base_offset > u32::MAX as u64 {
+                let reason = format!("batch base offset {} where {expected_offset} was expected", header.base_offset);
+                return Err(self.corrupt(position, reason));
+            }
             self.first_batch_timestamp.get_or_insert(header.max_timestamp);
             if header.max_timestamp > self.max_timestamp {
                 self.max_timestamp = header.max_timestamp;
                 self.offset_of_max_timestamp = header.last_offset;
             }
-            self.next_offset = header.next_offset();
+            expected_offset = header.next_offset();
             position += header.size_bytes;
         }
         if position != self.size_bytes {
             return Err(self.corrupt(start, "last batch runs past the end of the file".to_owned()));
         }
+        self.next_offset = expected_offset;
         self.bytes_since_index_entry = self.size_bytes - start;
         Ok(())
     }
@@ -305,6 +320,16 @@ impl Segment {
                 return Err(
                     self.corrupt(entry.position as u64, format!("offset index entry {index} out of order or range"))
                 );
+            }
+            previous = Some(entry);
+        }
+        let mut previous: Option<TimeEntry> = None;
+        for index in 0..self.time_index.len() {
+            let entry = self.time_index.entry(index);
+            let ordered =
+                previous.is_none_or(|p| p.timestamp < entry.timestamp && p.relative_offset <= entry.relative_offset);
+            if !ordered {
+                return Err(self.corrupt(0, format!("time index entry {index} out of order")));
             }
             previous = Some(entry);
         }
