@@ -1,5 +1,6 @@
 //! `weir dump-log`: prints a segment file batch by batch (like Kafka's
-//! `kafka-dump-log`), validating each batch's CRC, and optionally its records.
+//! `kafka-dump-log`), validating each batch (CRC, codec, record count: `valid`), and
+//! optionally its records.
 //!
 //! Stops at the first batch that cannot be read whole and says where and why, so
 //! an operator can see exactly where a fenced partition is damaged.
@@ -35,11 +36,11 @@ pub fn run(file: &Path, with_records: bool, format: Format) -> anyhow::Result<()
 }
 
 fn print_batch(position: usize, view: &BatchView<'_>, format: Format) {
-    let crc_valid = view.validate().is_ok();
+    let valid = view.validate().is_ok();
     match format {
         Format::Text => println!(
             "position: {position} base_offset: {} last_offset: {} count: {} size: {} leader_epoch: {} \
-             max_timestamp: {} producer_id: {} compression: {} crc_valid: {crc_valid}",
+             max_timestamp: {} producer_id: {} compression: {} valid: {valid}",
             view.base_offset(),
             view.last_offset(),
             view.records_count(),
@@ -51,7 +52,7 @@ fn print_batch(position: usize, view: &BatchView<'_>, format: Format) {
         ),
         Format::Json => println!(
             "{{\"position\":{position},\"base_offset\":{},\"last_offset\":{},\"count\":{},\"size\":{},\
-             \"leader_epoch\":{},\"max_timestamp\":{},\"producer_id\":{},\"crc_valid\":{crc_valid}}}",
+             \"leader_epoch\":{},\"max_timestamp\":{},\"producer_id\":{},\"valid\":{valid}}}",
             view.base_offset(),
             view.last_offset(),
             view.records_count(),
@@ -72,8 +73,8 @@ fn print_records(view: &BatchView<'_>, format: Format) {
         }
     };
     for record in &batch.records {
-        let offset = batch.base_offset + record.offset_delta as i64;
-        let timestamp = batch.base_timestamp + record.timestamp_delta;
+        let offset = batch.base_offset.saturating_add(record.offset_delta as i64);
+        let timestamp = batch.base_timestamp.saturating_add(record.timestamp_delta);
         let key = record.key.as_deref().map(String::from_utf8_lossy);
         let value = record.value.as_deref().map(String::from_utf8_lossy);
         match format {

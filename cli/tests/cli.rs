@@ -80,7 +80,7 @@ fn dump_log_prints_every_batch_and_record() {
     let output = weir().args(["dump-log", "--records", "--format", "json"]).arg(&segment).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let stdout = String::from_utf8(output.stdout).unwrap();
-    let batches: Vec<&str> = stdout.lines().filter(|line| line.contains("\"crc_valid\":true")).collect();
+    let batches: Vec<&str> = stdout.lines().filter(|line| line.contains("\"valid\":true")).collect();
     assert_eq!(batches.len(), 3, "{stdout}");
     assert!(
         stdout.contains("{\"offset\":2,\"timestamp\":1700000000002,\"key\":\"key\",\"value\":\"value 2\"}"),

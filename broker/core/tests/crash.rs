@@ -9,7 +9,8 @@
 //! point keeps a random torn prefix of unsynced bytes), sometimes cuts power again
 //! in the middle of recovery, and reopens. It checks:
 //!
-//! - recovery succeeds (a crash tears tails; it never looks like corruption);
+//! - recovery succeeds (a crash that leaves a prefix of the unsynced bytes only
+//!   tears tails; it never looks like corruption);
 //! - every record below the last durable offset acknowledged by a flush round is
 //!   present, at its offset, with its bytes;
 //! - whatever else survived is exactly what was appended (a prefix of the history),

@@ -207,6 +207,9 @@ impl Partition {
     pub(crate) fn run_round(&self) {
         *lock(&self.shared.round) = RoundState::Running;
         self.linger_for_expected_appends();
+        // Appends that marked the round dirty while it lingered are covered by the
+        // ticket taken next: no extra round for them.
+        *lock(&self.shared.round) = RoundState::Running;
         self.shared.appends_at_last_round.store(self.shared.append_count.load(Ordering::Relaxed), Ordering::Relaxed);
         let ticket = lock(&self.shared.log).as_mut().and_then(Log::begin_flush);
         match ticket {
@@ -260,7 +263,8 @@ impl Partition {
         let expected = shared.expected_appends.load(Ordering::Relaxed);
         let arrived =
             || shared.append_count.load(Ordering::Relaxed) - shared.appends_at_last_round.load(Ordering::Relaxed);
-        if shared.group_commit_linger.is_zero() || arrived() >= expected {
+        let lingers = shared.flush_policy == FlushPolicy::Always && !shared.group_commit_linger.is_zero();
+        if !lingers || arrived() >= expected {
             return;
         }
         let deadline = Instant::now() + shared.group_commit_linger;

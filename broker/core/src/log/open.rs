@@ -10,7 +10,9 @@
 //!    point and every later one batch by batch (`scan.rs`), rebuilding their indexes.
 //! 4. The first torn segment is truncated at the tear and every later segment is
 //!    deleted (nothing after a tear was durable: syncs cover whole prefixes). A gap
-//!    between segments is a tear at the end of the earlier one. Corruption fences.
+//!    after a scanned segment, above the recovery point, is a tear at the end of that
+//!    segment. Corruption fences, and so does synced data gone missing: a gap after
+//!    a trusted segment or below the recovery point, or a log ending below it.
 //! 5. Sync what recovery changed, checkpoint the new end, and open for appends.
 //!
 //! Trusted segments must follow each other without a gap or overlap; if they do not,

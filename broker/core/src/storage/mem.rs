@@ -13,8 +13,10 @@
 //! Crash-consistency tests sweep that number across a workload.
 //!
 //! Simplifications (documented so tests do not over-trust them): directories are
-//! durable as soon as they are created; a torn write keeps a prefix of the unsynced
-//! appended bytes, never a reordering of them.
+//! durable as soon as they are created (so a missing `sync_dir` of a *parent* after
+//! creating a directory would go unnoticed here); a torn write keeps a prefix of the
+//! unsynced appended bytes, never a reordering of them (real page writeback has no
+//! order within a file).
 
 use std::collections::BTreeMap;
 use std::io;
