@@ -36,31 +36,27 @@ pub fn run(file: &Path, with_records: bool, format: Format) -> anyhow::Result<()
 }
 
 fn print_batch(position: usize, view: &BatchView<'_>, format: Format) {
-    let valid = view.validate().is_ok();
+    let compression = view.attributes().compression().map_or_else(|error| error.to_string(), |codec| codec.to_string());
+    // Values are JSON literals already (numbers, booleans, quoted strings).
+    let fields = [
+        ("position", position.to_string()),
+        ("base_offset", view.base_offset().to_string()),
+        ("last_offset", view.last_offset().to_string()),
+        ("count", view.records_count().to_string()),
+        ("size", view.size_bytes().to_string()),
+        ("leader_epoch", view.partition_leader_epoch().to_string()),
+        ("max_timestamp", view.max_timestamp().to_string()),
+        ("producer_id", view.producer_id().to_string()),
+        ("compression", json(Some(compression.into()))),
+        ("valid", view.validate().is_ok().to_string()),
+    ];
+    let line: Vec<String> = match format {
+        Format::Text => fields.iter().map(|(name, value)| format!("{name}: {}", value.trim_matches('"'))).collect(),
+        Format::Json => fields.iter().map(|(name, value)| format!("\"{name}\":{value}")).collect(),
+    };
     match format {
-        Format::Text => println!(
-            "position: {position} base_offset: {} last_offset: {} count: {} size: {} leader_epoch: {} \
-             max_timestamp: {} producer_id: {} compression: {} valid: {valid}",
-            view.base_offset(),
-            view.last_offset(),
-            view.records_count(),
-            view.size_bytes(),
-            view.partition_leader_epoch(),
-            view.max_timestamp(),
-            view.producer_id(),
-            view.attributes().compression().map_or_else(|error| error.to_string(), |c| c.to_string()),
-        ),
-        Format::Json => println!(
-            "{{\"position\":{position},\"base_offset\":{},\"last_offset\":{},\"count\":{},\"size\":{},\
-             \"leader_epoch\":{},\"max_timestamp\":{},\"producer_id\":{},\"valid\":{valid}}}",
-            view.base_offset(),
-            view.last_offset(),
-            view.records_count(),
-            view.size_bytes(),
-            view.partition_leader_epoch(),
-            view.max_timestamp(),
-            view.producer_id(),
-        ),
+        Format::Text => println!("{}", line.join(" ")),
+        Format::Json => println!("{{{}}}", line.join(",")),
     }
 }
 

@@ -104,17 +104,17 @@ impl Log {
         Ok(log)
     }
 
-    /// Syncs what recovery rebuilt, checkpoints, and removes the clean marker, so a
-    /// crash from here on recovers from this state.
+    /// Syncs what recovery rebuilt or truncated (trusted segments already are on
+    /// disk), checkpoints, and removes the clean marker, so a crash from here on
+    /// recovers from this state.
     fn make_durable_after_open(&mut self, clean_shutdown: bool) -> Result<(), LogError> {
         let storage = self.storage.clone();
-        if !clean_shutdown {
-            for segment in &self.segments {
-                for path in segment.paths() {
-                    let file = storage.open(&path, false).map_err(LogError::io("open", &path))?;
-                    file.sync_data().map_err(LogError::io("sync", &path))?;
-                }
+        for segment in self.segments.iter_mut().filter(|segment| segment.rebuilt) {
+            for path in segment.paths() {
+                let file = storage.open(&path, false).map_err(LogError::io("open", &path))?;
+                file.sync_data().map_err(LogError::io("sync", &path))?;
             }
+            segment.rebuilt = false;
         }
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         if clean_shutdown {

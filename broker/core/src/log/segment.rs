@@ -56,6 +56,8 @@ pub(crate) struct Segment {
     pub offset_index: Index<OffsetEntry>,
     pub time_index: Index<TimeEntry>,
     bytes_since_index_entry: u64,
+    /// Rebuilt by recovery: its files must be synced before the log is trusted.
+    pub rebuilt: bool,
 }
 
 /// A segment read back by recovery, with how its scan ended.
@@ -99,6 +101,7 @@ impl Segment {
             offset_index,
             time_index,
             bytes_since_index_entry: 0,
+            rebuilt: false,
         }
     }
 
@@ -149,6 +152,7 @@ impl Segment {
         let file_len = log.len().map_err(LogError::io("stat", &log_path))?;
         let (offset_index, time_index) = create_indexes(storage, dir, base_offset, config)?;
         let mut segment = Segment::empty(base_offset, log_path.clone(), log.clone(), offset_index, time_index);
+        segment.rebuilt = true;
         let scan = scan_segment(log.as_ref(), file_len, base_offset, |position, header| {
             segment.index_batch(header, position, config);
             segment.size_bytes = position + header.size_bytes;
