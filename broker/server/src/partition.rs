@@ -2,7 +2,7 @@
 //! and retention, with group commit.
 //!
 //! Locking: one mutex around the `Log`, held only for in-memory work and page-cache
-//! writes. Reads are planned under it and executed outside; fdatasync rounds run
+//! writes; an append's validation (CRC of every byte) runs before it is taken. Reads are planned under it and executed outside; fdatasync rounds run
 //! outside it (see `broker_core::log::FlushTicket`); retention deletes files outside it.
 //!
 //! Group commit (`flush.policy=always`): an append marks the partition dirty and,
@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use broker_core::log::{AppendInfo, FlushPolicy, Log, LogConfig, LogError, ReadInfo};
+use broker_core::log::{AppendInfo, FlushPolicy, Log, LogConfig, LogError, ReadInfo, ValidatedBatches};
 use broker_core::storage::Storage;
 use tokio::sync::watch;
 
@@ -65,6 +65,8 @@ struct Shared {
     dir: PathBuf,
     /// `None` once closed.
     log: Mutex<Option<Log>>,
+    /// The log's config as opened: appends are validated against it before locking.
+    config: LogConfig,
     flush_policy: FlushPolicy,
     round: Mutex<RoundState>,
     /// Signalled (with `round` held) by every append that schedules a round.
@@ -98,12 +100,13 @@ impl Partition {
         group_commit_linger: Duration,
     ) -> Result<Partition, LogError> {
         let flush_policy = config.flush_policy;
-        let log = Log::open(storage, dir.clone(), config)?;
+        let log = Log::open(storage, dir.clone(), config.clone())?;
         let (durability, _) = watch::channel(Durability::Durable(log.durable_offset()));
         let shared = Shared {
             name,
             dir,
             log: Mutex::new(Some(log)),
+            config,
             flush_policy,
             round: Mutex::new(RoundState::Idle),
             appended: Condvar::new(),
@@ -142,10 +145,13 @@ impl Partition {
     }
 
     /// Appends batches (see [`Log::append`]); under `flush.policy=always` also
-    /// schedules the group-commit round that will make them durable.
+    /// schedules the group-commit round that will make them durable. Validation
+    /// (the CRC of every byte) runs before the lock is taken.
     pub fn append(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
-        let info =
-            self.with_log_mut(|log| log.append(batches, leader_epoch)).inspect_err(|_| self.publish_if_fenced())?;
+        let validated = ValidatedBatches::new(batches, &self.shared.config)?;
+        let info = self
+            .with_log_mut(|log| log.append_validated(validated, leader_epoch))
+            .inspect_err(|_| self.publish_if_fenced())?;
         self.shared.append_count.fetch_add(1, Ordering::Relaxed);
         if self.shared.flush_policy == FlushPolicy::Always {
             self.schedule_round();

@@ -35,23 +35,26 @@ mod read;
 mod retention;
 mod scan;
 mod segment;
+mod validated;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use abi::batch::{set_base_offset, set_partition_leader_epoch, BatchView, RecordBatch};
+use abi::batch::{set_base_offset, set_partition_leader_epoch, RecordBatch};
 
 pub use config::{ConfigError, FlushPolicy, LogConfig};
 pub use error::LogError;
 pub use flush::FlushTicket;
 pub use open::RecoveryReport;
 pub use read::{ReadInfo, ReadPlan};
+pub use validated::ValidatedBatches;
 
 use checkpoint::{write_recovery_point, CLEAN_SHUTDOWN_FILE};
 use header::BatchHeader;
 use retention::{deletable_prefix, SegmentSummary};
 use segment::{locate_batch, Segment};
+use validated::BatchSpan;
 
 use crate::storage::Storage;
 
@@ -199,71 +202,57 @@ impl Log {
     /// Appends one or more batches laid back to back in `batches`: validates every
     /// batch (size, magic, CRC) before writing any, stamps base offsets and
     /// `leader_epoch` in place, and writes them with one write. All or nothing.
+    /// (Owners that can validate outside their lock use [`ValidatedBatches::new`] and
+    /// [`Log::append_validated`] instead.)
     pub fn append(&mut self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
         self.check_not_fenced()?;
-        if batches.len() as u64 > self.config.segment_bytes_max {
-            let segment_bytes_max = self.config.segment_bytes_max;
-            return Err(LogError::AppendTooLarge { size_bytes: batches.len(), segment_bytes_max });
-        }
-        let headers = self.validate_and_stamp(batches, leader_epoch)?;
+        let validated = ValidatedBatches::new(batches, &self.config)?;
+        self.append_validated(validated, leader_epoch)
+    }
+
+    /// Appends batches validated beforehand: stamps offsets and the leader epoch,
+    /// rolls if needed, and writes. Only the cheap size limits are checked again.
+    pub fn append_validated(
+        &mut self,
+        batches: ValidatedBatches<'_>,
+        leader_epoch: i32,
+    ) -> Result<AppendInfo, LogError> {
+        self.check_not_fenced()?;
+        batches.check_limits(&self.config)?;
+        let headers = self.stamp(&mut *batches.bytes, &batches.spans, leader_epoch);
         let (first, last) = match (headers.first(), headers.last()) {
             (Some(first), Some(last)) => (*first, *last),
             _ => return Err(LogError::EmptyAppend),
         };
         let newest_timestamp = headers.iter().map(|header| header.max_timestamp).max().unwrap_or(-1);
-        if self.should_roll(batches.len() as u64, last.last_offset, newest_timestamp) {
+        if self.should_roll(batches.bytes.len() as u64, last.last_offset, newest_timestamp) {
             self.roll()?;
         }
-        let result = {
-            let config = self.config.clone();
-            self.active_mut().append(batches, &headers, &config)
-        };
+        let config = &self.config;
+        let active = self.segments.back_mut().expect("a log always has a segment");
+        let result = active.append(batches.bytes, &headers, config);
         self.fence(result)?;
         Ok(AppendInfo { base_offset: first.base_offset, last_offset: last.last_offset, batch_count: headers.len() })
     }
 
-    fn validate_and_stamp(&self, batches: &mut [u8], leader_epoch: i32) -> Result<Vec<BatchHeader>, LogError> {
-        let mut spans = Vec::new();
-        let mut rest: &[u8] = batches;
-        let mut position = 0usize;
-        while !rest.is_empty() {
-            let batch_index = spans.len();
-            let (view, tail) =
-                BatchView::split_first(rest).map_err(|source| LogError::InvalidBatch { batch_index, source })?;
-            if view.size_bytes() > self.config.batch_bytes_max as usize {
-                let batch_bytes_max = self.config.batch_bytes_max;
-                return Err(LogError::BatchTooLarge { batch_index, size_bytes: view.size_bytes(), batch_bytes_max });
-            }
-            view.validate().map_err(|source| LogError::InvalidBatch { batch_index, source })?;
-            // A producer's batch has no gaps: one offset per record. (Gaps only come
-            // from compaction, through replication, which will append differently.)
-            if i64::from(view.last_offset_delta()) + 1 != i64::from(view.records_count()) {
-                let source = abi::batch::BatchError::InvalidRecordCount {
-                    records_count: view.records_count(),
-                    last_offset_delta: view.last_offset_delta(),
-                };
-                return Err(LogError::InvalidBatch { batch_index, source });
-            }
-            spans.push((position, view.size_bytes(), view.last_offset_delta() as u64, view.max_timestamp()));
-            position += view.size_bytes();
-            rest = tail;
-        }
+    /// Stamps base offsets (from the log end) and the leader epoch into the batches.
+    fn stamp(&self, bytes: &mut [u8], spans: &[BatchSpan], leader_epoch: i32) -> Vec<BatchHeader> {
         let mut next_offset = self.log_end_offset();
         let mut headers = Vec::with_capacity(spans.len());
-        for (position, size_bytes, last_offset_delta, max_timestamp) in spans {
-            let batch = &mut batches[position..position + size_bytes];
+        for span in spans {
+            let batch = &mut bytes[span.position..span.position + span.size_bytes];
             set_base_offset(batch, next_offset as i64);
             set_partition_leader_epoch(batch, leader_epoch);
-            let last_offset = next_offset + last_offset_delta;
+            let last_offset = next_offset + span.last_offset_delta;
             headers.push(BatchHeader {
                 base_offset: next_offset,
                 last_offset,
-                max_timestamp,
-                size_bytes: size_bytes as u64,
+                max_timestamp: span.max_timestamp,
+                size_bytes: span.size_bytes as u64,
             });
             next_offset = last_offset + 1;
         }
-        Ok(headers)
+        headers
     }
 
     fn should_roll(&self, bytes: u64, last_offset: u64, newest_timestamp: i64) -> bool {
