@@ -5,8 +5,11 @@
 //! idempotence, metadata routing and consumer-group membership behave the same in
 //! every language. It speaks Cap'n Proto RPC to the broker.
 //!
-//! Status: empty. The protocol arrives with the single-node broker (the RPC
-//! schema in `abi`); until then the only shared piece is the record batch codec,
-//! re-exported here so client code builds on the same bytes the log stores.
+//! Status: the protocol (producer, consumer, admin over the RPC schema in `abi`)
+//! arrives with the single-node broker. What exists: [`partitioner`], Kafka-compatible
+//! key partitioning, and the record batch codec re-exported so client code builds on
+//! the same bytes the log stores.
+
+pub mod partitioner;
 
 pub use abi::batch::{BatchBuilder, RecordBatch};
