@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -24,7 +24,7 @@ use broker_core::log::{FlushPolicy, LogConfig, LogError};
 use broker_core::storage::Storage;
 
 use crate::flusher::Flusher;
-use crate::partition::Partition;
+use crate::partition::{lock, Partition};
 use crate::storage::FileStorage;
 
 /// Settings of the data directory.
@@ -103,10 +103,6 @@ struct Shared {
     offline: Mutex<Vec<OfflinePartition>>,
     stop: Mutex<bool>,
     wake: Condvar,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Milliseconds since the Unix epoch.

@@ -85,7 +85,9 @@ struct Shared {
     flush_round_count: AtomicU64,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+/// Locks, carrying on past poisoning: every guarded value here stays consistent
+/// across a panic (plain state, no half-done multi-step updates).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

@@ -106,15 +106,21 @@ pub struct RetiredSegments {
     pub size_bytes: u64,
 }
 
+/// Deletes `path`; a file that is already gone is fine (a crash may have left the
+/// deletion half done).
+pub(crate) fn remove_if_present(storage: &dyn Storage, path: &Path) -> Result<(), LogError> {
+    match storage.remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(LogError::Io { op: "delete", path: path.to_path_buf(), source }),
+    }
+}
+
 impl RetiredSegments {
     /// Deletes the files and makes the deletion durable.
     pub fn delete(self) -> Result<(), LogError> {
         for path in &self.paths {
-            match self.storage.remove_file(path) {
-                Ok(()) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => return Err(LogError::Io { op: "delete", path: path.clone(), source }),
-            }
+            remove_if_present(self.storage.as_ref(), path)?;
         }
         self.storage.sync_dir(&self.dir).map_err(LogError::io("sync directory", &self.dir))
     }
@@ -205,7 +211,6 @@ impl Log {
     /// (Owners that can validate outside their lock use [`ValidatedBatches::new`] and
     /// [`Log::append_validated`] instead.)
     pub fn append(&mut self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
-        self.check_not_fenced()?;
         let validated = ValidatedBatches::new(batches, &self.config)?;
         self.append_validated(validated, leader_epoch)
     }

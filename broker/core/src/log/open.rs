@@ -26,7 +26,7 @@ use std::sync::Arc;
 use super::checkpoint::{read_recovery_point, write_recovery_point, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_TMP_FILE};
 use super::scan::ScanEnd;
 use super::segment::{parse_file_name, Segment};
-use super::{Log, LogConfig, LogError};
+use super::{remove_if_present, Log, LogConfig, LogError};
 use crate::storage::Storage;
 
 /// What [`Log::open`] found and did.
@@ -186,7 +186,7 @@ fn open_trusted(
         Err(_) => {
             report.indexes_rebuilt += 1;
             let recovered = Segment::recover(storage, dir, base, config)?;
-            match recovered.scan.end {
+            match recovered.scan_end {
                 ScanEnd::Clean => {
                     let mut segment = recovered.segment;
                     if !active {
@@ -246,7 +246,7 @@ fn recover_tail(
         }
         report.segments_scanned += 1;
         let mut recovered = Segment::recover(storage, dir, base, config)?;
-        match recovered.scan.end {
+        match recovered.scan_end {
             ScanEnd::Clean => segments.push_back(recovered.segment),
             ScanEnd::Corrupt { position, reason } => return Err(recovered.segment.corrupt(position, reason)),
             ScanEnd::Torn { position, .. } => {
@@ -260,10 +260,7 @@ fn recover_tail(
             }
         }
     }
-    if segments.is_empty() {
-        let base = bases.first().copied().unwrap_or(0);
-        segments.push_back(Segment::create(storage, dir, base, config)?);
-    }
+    // The first scanned segment is always kept (clean or cut) unless it is corrupt.
     let last = segments.len() - 1;
     if last < first_recovered {
         // Every scanned segment lay after a tear: a trusted, sealed segment is active again.
@@ -284,12 +281,7 @@ fn remove_segments(
     for &base in bases {
         report.segments_removed += 1;
         for extension in ["log", "index", "timeindex"] {
-            let path = dir.join(super::segment::file_name(base, extension));
-            match storage.remove_file(&path) {
-                Ok(()) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => return Err(LogError::Io { op: "delete", path, source }),
-            }
+            remove_if_present(storage, &dir.join(super::segment::file_name(base, extension)))?;
         }
     }
     Ok(())

@@ -51,12 +51,6 @@ pub(crate) enum ScanEnd {
     Corrupt { position: u64, reason: String },
 }
 
-/// The outcome of scanning one segment.
-#[derive(Debug)]
-pub(crate) struct Scan {
-    pub end: ScanEnd,
-}
-
 /// Reads a file through one reusable buffer.
 struct ChunkReader<'a> {
     file: &'a dyn File,
@@ -97,7 +91,7 @@ pub(crate) fn scan_segment(
     file_len: u64,
     base_offset: u64,
     mut on_batch: impl FnMut(u64, &BatchHeader),
-) -> io::Result<Scan> {
+) -> io::Result<ScanEnd> {
     let mut reader = ChunkReader::new(file, file_len);
     let mut position = 0u64;
     let mut next_offset = base_offset;
@@ -109,12 +103,11 @@ pub(crate) fn scan_segment(
                 position += header.size_bytes;
             }
             Err(defect) => {
-                let end = classify(&mut reader, position, next_offset, defect)?;
-                return Ok(Scan { end });
+                return classify(&mut reader, position, next_offset, defect);
             }
         }
     }
-    Ok(Scan { end: ScanEnd::Clean })
+    Ok(ScanEnd::Clean)
 }
 
 fn check_batch(

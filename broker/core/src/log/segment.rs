@@ -19,7 +19,7 @@ use std::sync::Arc;
 use super::config::LogConfig;
 use super::header::BatchHeader;
 use super::index::{Index, OffsetEntry, TimeEntry};
-use super::scan::{scan_segment, Scan};
+use super::scan::{scan_segment, ScanEnd};
 use super::LogError;
 use crate::storage::{File, Storage};
 
@@ -64,7 +64,7 @@ pub(crate) struct Segment {
 #[derive(Debug)]
 pub(crate) struct Recovered {
     pub segment: Segment,
-    pub scan: Scan,
+    pub scan_end: ScanEnd,
 }
 
 impl Segment {
@@ -153,12 +153,12 @@ impl Segment {
         let (offset_index, time_index) = create_indexes(storage, dir, base_offset, config)?;
         let mut segment = Segment::empty(base_offset, log_path.clone(), log.clone(), offset_index, time_index);
         segment.rebuilt = true;
-        let scan = scan_segment(log.as_ref(), file_len, base_offset, |position, header| {
+        let scan_end = scan_segment(log.as_ref(), file_len, base_offset, |position, header| {
             segment.index_batch(header, position, config);
             segment.size_bytes = position + header.size_bytes;
         })
         .map_err(LogError::io("scan", &log_path))?;
-        Ok(Recovered { segment, scan })
+        Ok(Recovered { segment, scan_end })
     }
 
     pub fn is_empty(&self) -> bool {
