@@ -1,5 +1,5 @@
-//! [`BatchBuilder`]: assembles an uncompressed [`RecordBatch`] record by
-//! record.
+//! [`BatchBuilder`]: assembles a [`RecordBatch`] record by record, plain or
+//! compressed.
 //!
 //! Role: the convenient way for tests, tools and (later) the producer to
 //! make a batch without computing deltas by hand.
@@ -10,14 +10,22 @@
 //! is `count - 1` (0 while empty). Defaults are Kafka's "none" values: base
 //! offset 0, partition leader epoch -1, producer id -1, producer epoch -1,
 //! base sequence -1, attributes 0 (no compression, create time).
+//!
+//! Compression: [`BatchBuilder::compression`] accepts only codecs this crate
+//! can write (none, lz4, zstd) and sets the attributes' codec bits, so
+//! [`BatchBuilder::encode`] stays infallible: it compresses the records
+//! section and computes the CRC over the compressed bytes, as Kafka does.
 
-use super::attributes::Attributes;
+use super::attributes::{Attributes, Compression};
+use super::compression;
+use super::error::BatchError;
 use super::model::RecordBatch;
 use super::record::{Header, Record};
 
-/// Builds an uncompressed batch; see the module docs for the rules.
+/// Builds a batch; see the module docs for the rules.
 #[derive(Clone, Debug)]
 pub struct BatchBuilder {
+    compression: Compression,
     base_offset: i64,
     partition_leader_epoch: i32,
     base_timestamp: i64,
@@ -33,6 +41,7 @@ impl BatchBuilder {
     /// `base_timestamp`.
     pub fn new(base_timestamp: i64) -> Self {
         Self {
+            compression: Compression::None,
             base_offset: 0,
             partition_leader_epoch: -1,
             base_timestamp,
@@ -57,6 +66,17 @@ impl BatchBuilder {
     pub fn base_offset(mut self, base_offset: i64) -> Self {
         self.base_offset = base_offset;
         self
+    }
+
+    /// Sets the codec of the records section (default
+    /// [`Compression::None`]).
+    ///
+    /// [`BatchError::UnsupportedCompression`] for gzip and snappy, which this
+    /// crate cannot write.
+    pub fn compression(mut self, compression: Compression) -> Result<Self, BatchError> {
+        compression::require_supported(compression)?;
+        self.compression = compression;
+        Ok(self)
     }
 
     /// Sets the partition leader epoch (default -1, as producers write it).
@@ -107,7 +127,7 @@ impl BatchBuilder {
         RecordBatch {
             base_offset: self.base_offset,
             partition_leader_epoch: self.partition_leader_epoch,
-            attributes: Attributes::default(),
+            attributes: Attributes::default().with_compression(self.compression),
             last_offset_delta,
             base_timestamp: self.base_timestamp,
             max_timestamp: self.max_timestamp.unwrap_or(self.base_timestamp),
@@ -118,13 +138,14 @@ impl BatchBuilder {
         }
     }
 
-    /// The encoded batch so far.
+    /// The encoded batch so far, its records section compressed with the
+    /// chosen codec.
     ///
     /// # Panics
     ///
     /// If the batch exceeds 2^31-1 bytes (Kafka's batch length limit).
     pub fn encode(&self) -> Vec<u8> {
-        self.build().encode().expect("a builder batch is uncompressed; it only fails past 2^31-1 bytes")
+        self.build().encode().expect("a builder only holds codecs it can write; encoding only fails past 2^31-1 bytes")
     }
 }
 
@@ -164,5 +185,24 @@ mod tests {
         let view = BatchView::new(&bytes).expect("header is intact");
         assert_eq!(view.validate(), Ok(()));
         assert_eq!(view.decode(), Ok(batch));
+    }
+
+    #[test]
+    fn compression_sets_the_codec_bits_and_rejects_what_it_cannot_write() {
+        for compression in [Compression::None, Compression::Lz4, Compression::Zstd] {
+            let mut builder = BatchBuilder::new(0).compression(compression).expect("supported codec");
+            builder.push(0, Some(b"k"), Some(b"v"), &[]);
+            let batch = builder.build();
+            assert_eq!(batch.attributes.compression(), Ok(compression));
+            let bytes = builder.encode();
+            let view = BatchView::new(&bytes).expect("header is intact");
+            assert_eq!(view.attributes().compression(), Ok(compression));
+            assert_eq!(view.validate(), Ok(()));
+            assert_eq!(view.decode(), Ok(batch));
+        }
+        for compression in [Compression::Gzip, Compression::Snappy] {
+            let result = BatchBuilder::new(0).compression(compression).map(|_| ());
+            assert_eq!(result, Err(BatchError::UnsupportedCompression { compression }));
+        }
     }
 }

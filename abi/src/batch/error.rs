@@ -6,7 +6,8 @@
 //! vs actual length, ...) and its message reads on its own in a log line.
 //!
 //! Invariant: errors are plain data (`Clone + PartialEq`), so callers and
-//! tests can match on them exactly.
+//! tests can match on them exactly; a codec library's error is kept as its
+//! message ([`BatchError::Decompression`]).
 
 use super::attributes::Compression;
 
@@ -64,11 +65,30 @@ pub enum BatchError {
         /// The codec bits (0 to 7) of the attributes.
         codec: u8,
     },
-    /// The batch is compressed with a codec this build cannot handle.
-    #[error("record batch compression {compression} is not supported yet")]
+    /// The batch is compressed with a codec this build cannot handle (gzip
+    /// and snappy).
+    #[error("record batch compression {compression} is not supported (supported: none, lz4, zstd)")]
     UnsupportedCompression {
         /// The codec named by the attributes.
         compression: Compression,
+    },
+    /// The compressed records section is not valid data for its codec
+    /// (corrupt, truncated, or followed by garbage).
+    #[error("record batch records section is not valid {compression} data: {reason}")]
+    Decompression {
+        /// The codec named by the attributes.
+        compression: Compression,
+        /// What the codec library reported.
+        reason: String,
+    },
+    /// The records section decompresses to more bytes than the decoder
+    /// accepts (see [`DECOMPRESSED_BYTES_MAX`](super::DECOMPRESSED_BYTES_MAX)).
+    #[error("record batch records section ({compression}) decompresses to more than the {limit}-byte limit")]
+    DecompressedTooLarge {
+        /// The codec named by the attributes.
+        compression: Compression,
+        /// The limit in bytes that was exceeded.
+        limit: usize,
     },
     /// The bytes break the record layout (or a model cannot be encoded).
     #[error("malformed record batch: {reason}")]
@@ -95,7 +115,21 @@ mod tests {
         assert_eq!(crc.to_string(), "record batch CRC mismatch: stored 0xdeadbeef, computed 0x00000042");
         let truncated = BatchError::Truncated { needed: 61, available: 12 };
         assert_eq!(truncated.to_string(), "record batch truncated: needed 61 bytes, only 12 available");
-        let unsupported = BatchError::UnsupportedCompression { compression: Compression::Zstd };
-        assert_eq!(unsupported.to_string(), "record batch compression zstd is not supported yet");
+        let unsupported = BatchError::UnsupportedCompression { compression: Compression::Gzip };
+        assert_eq!(
+            unsupported.to_string(),
+            "record batch compression gzip is not supported (supported: none, lz4, zstd)"
+        );
+        let too_large = BatchError::DecompressedTooLarge { compression: Compression::Lz4, limit: 1024 };
+        assert_eq!(
+            too_large.to_string(),
+            "record batch records section (lz4) decompresses to more than the 1024-byte limit"
+        );
+        let corrupt =
+            BatchError::Decompression { compression: Compression::Zstd, reason: "Unknown frame descriptor".into() };
+        assert_eq!(
+            corrupt.to_string(),
+            "record batch records section is not valid zstd data: Unknown frame descriptor"
+        );
     }
 }

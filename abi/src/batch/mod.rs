@@ -9,7 +9,12 @@
 //!   encoder and decoder;
 //! - [`record`](Record): one record and its headers inside a batch;
 //! - [`attributes`](Attributes): the attribute bits of a batch;
+//! - `compression`: the LZ4 and zstd codecs of the records section, with
+//!   decompression bounded by [`DECOMPRESSED_BYTES_MAX`];
 //! - [`builder`](BatchBuilder): the convenient way to assemble a batch;
+//! - [`writer`](BatchWriter): the producer's allocation-free way to encode one;
+//! - [`records`](RecordRefs): the consumer's zero-copy walk over a batch's
+//!   records (byte ranges, not copies);
 //! - [`error`](BatchError): everything that can be wrong with a batch.
 //!
 //! The header layout is documented on [`BatchView`], the record layout on
@@ -17,15 +22,26 @@
 //! (Castagnoli) over every byte from the attributes to the end of the batch,
 //! so the base offset, batch length, partition leader epoch and magic can
 //! change without invalidating it (see [`set_base_offset`]).
+//!
+//! Compression (attributes bits 0-2) applies to the records section only:
+//! everything after the 61-byte header is one compressed stream, while the
+//! header, records count included, stays plain and the CRC covers the
+//! compressed bytes. So [`BatchView`] works the same on compressed batches
+//! and never decompresses; [`RecordBatch`] compresses and decompresses LZ4
+//! and zstd transparently, and rejects gzip and snappy
+//! ([`BatchError::UnsupportedCompression`]).
 
 mod attributes;
 mod builder;
+mod compression;
 mod cursor;
 mod error;
 mod iter;
 mod model;
 mod record;
+mod records;
 mod view;
+mod writer;
 
 pub use attributes::{Attributes, Compression, TimestampType};
 pub use builder::BatchBuilder;
@@ -33,7 +49,9 @@ pub use error::BatchError;
 pub use iter::BatchIter;
 pub use model::RecordBatch;
 pub use record::{Header, Record};
+pub use records::{records_section, RecordRef, RecordRefs};
 pub use view::{set_base_offset, set_partition_leader_epoch, BatchView};
+pub use writer::{BatchWriter, ProducerFields};
 
 /// Size of the batch header: everything before the first record.
 pub const BATCH_HEADER_BYTES: usize = 61;
@@ -44,6 +62,11 @@ pub const LOG_OVERHEAD_BYTES: usize = 12;
 pub const MAGIC_V2: i8 = 2;
 /// Smallest legal batch length: a header with no records.
 pub const MIN_BATCH_LENGTH: i32 = (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i32;
+/// Most bytes [`RecordBatch::decode`] lets a compressed records section
+/// decompress to (64 MiB); one more is [`BatchError::DecompressedTooLarge`].
+/// Guards against decompression bombs; [`RecordBatch::decode_with_limit`]
+/// takes another limit.
+pub const DECOMPRESSED_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Byte positions of the header fields inside an encoded batch (see the
 /// table on [`BatchView`]).

@@ -13,16 +13,25 @@
 //! - [`RecordBatch::decode`] accepts exactly one batch, checks its CRC
 //!   before reading records, and accounts for every byte: a records count
 //!   that disagrees with the records present, or bytes left after the last
-//!   record, are [`BatchError::Malformed`];
-//! - only uncompressed batches are encoded or decoded for now; compressed
-//!   ones are [`BatchError::UnsupportedCompression`].
+//!   record (after decompression), are [`BatchError::Malformed`];
+//! - the attributes' codec decides the records section: uncompressed, or
+//!   compressed whole with LZ4 or zstd (see
+//!   [`compression`](super::compression)); the encoder compresses and the
+//!   decoder decompresses transparently, never more than
+//!   [`DECOMPRESSED_BYTES_MAX`] bytes (or the limit given to
+//!   [`RecordBatch::decode_with_limit`]). Gzip and snappy are
+//!   [`BatchError::UnsupportedCompression`] both ways;
+//! - encode(decode(b)) == b for uncompressed batches written with shortest
+//!   varints; for compressed ones only the decoded model round-trips (another
+//!   compressor may pick other bytes).
 
 use super::attributes::{Attributes, Compression};
+use super::compression;
 use super::cursor::Cursor;
 use super::error::BatchError;
 use super::record::{length_i32, Record, MIN_RECORD_BYTES};
 use super::view::BatchView;
-use super::{field, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES, MAGIC_V2};
+use super::{field, BATCH_HEADER_BYTES, DECOMPRESSED_BYTES_MAX, LOG_OVERHEAD_BYTES, MAGIC_V2};
 
 /// A fully decoded RecordBatch v2 (byte layout on
 /// [`BatchView`](super::BatchView)).
@@ -51,10 +60,11 @@ pub struct RecordBatch {
 }
 
 impl RecordBatch {
-    /// Encodes the batch, byte for byte, into a new buffer.
+    /// Encodes the batch, byte for byte, into a new buffer, compressing the
+    /// records section with the codec its attributes name.
     ///
-    /// Fails with [`BatchError::UnsupportedCompression`] for a compressed
-    /// batch, [`BatchError::UnknownCompression`] for codecs 5 to 7, and
+    /// Fails with [`BatchError::UnsupportedCompression`] for gzip and snappy,
+    /// [`BatchError::UnknownCompression`] for codecs 5 to 7, and
     /// [`BatchError::Malformed`] if the batch would exceed 2^31-1 bytes.
     pub fn encode(&self) -> Result<Vec<u8>, BatchError> {
         let mut out = Vec::new();
@@ -66,9 +76,10 @@ impl RecordBatch {
     ///
     /// On error, `out` is left as it was.
     pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), BatchError> {
-        require_uncompressed(self.attributes)?;
+        let compression = self.attributes.compression()?;
+        compression::require_supported(compression)?;
         let start = out.len();
-        let written = self.write(out);
+        let written = self.write(compression, out);
         let sealed = written.and_then(|()| seal(&mut out[start..]));
         if sealed.is_err() {
             out.truncate(start);
@@ -76,16 +87,30 @@ impl RecordBatch {
         sealed
     }
 
-    /// Decodes exactly one uncompressed batch.
+    /// Decodes exactly one batch, decompressing its records section to at
+    /// most [`DECOMPRESSED_BYTES_MAX`] bytes; see
+    /// [`RecordBatch::decode_with_limit`].
+    pub fn decode(bytes: &[u8]) -> Result<RecordBatch, BatchError> {
+        Self::decode_with_limit(bytes, DECOMPRESSED_BYTES_MAX)
+    }
+
+    /// Decodes exactly one batch whose records section, if compressed,
+    /// decompresses to at most `decompressed_bytes_max` bytes (uncompressed
+    /// records are bounded by `bytes` already).
     ///
     /// Checks, in order: length and magic (as [`BatchView::new`]), the CRC,
-    /// the compression codec, a non-negative records count, then every
-    /// record.
-    pub fn decode(bytes: &[u8]) -> Result<RecordBatch, BatchError> {
+    /// the compression codec ([`BatchError::UnknownCompression`],
+    /// [`BatchError::UnsupportedCompression`]), a non-negative records count,
+    /// the decompression ([`BatchError::Decompression`],
+    /// [`BatchError::DecompressedTooLarge`]), then every record.
+    pub fn decode_with_limit(bytes: &[u8], decompressed_bytes_max: usize) -> Result<RecordBatch, BatchError> {
         let view = BatchView::new(bytes)?;
         view.check_crc()?;
-        require_uncompressed(view.attributes())?;
-        let records = decode_records(view)?;
+        let compression = view.attributes().compression()?;
+        compression::require_supported(compression)?;
+        let records_count = checked_records_count(view)?;
+        let section = compression::decompress(compression, &bytes[BATCH_HEADER_BYTES..], decompressed_bytes_max)?;
+        let records = decode_records(&section, records_count)?;
         Ok(Self {
             base_offset: view.base_offset(),
             partition_leader_epoch: view.partition_leader_epoch(),
@@ -100,8 +125,9 @@ impl RecordBatch {
         })
     }
 
-    /// Writes the header (batch length and CRC zeroed) and the records.
-    fn write(&self, out: &mut Vec<u8>) -> Result<(), BatchError> {
+    /// Writes the header (batch length and CRC zeroed) and the records
+    /// section, compressed with `compression`.
+    fn write(&self, compression: Compression, out: &mut Vec<u8>) -> Result<(), BatchError> {
         let records_count = length_i32(self.records.len(), "more than 2^31-1 records")?;
         out.reserve(BATCH_HEADER_BYTES);
         out.extend_from_slice(&self.base_offset.to_be_bytes());
@@ -117,14 +143,12 @@ impl RecordBatch {
         out.extend_from_slice(&self.producer_epoch.to_be_bytes());
         out.extend_from_slice(&self.base_sequence.to_be_bytes());
         out.extend_from_slice(&records_count.to_be_bytes());
-        self.records.iter().try_for_each(|record| record.encode_into(out))
-    }
-}
-
-fn require_uncompressed(attributes: Attributes) -> Result<(), BatchError> {
-    match attributes.compression()? {
-        Compression::None => Ok(()),
-        compression => Err(BatchError::UnsupportedCompression { compression }),
+        if compression == Compression::None {
+            return self.records.iter().try_for_each(|record| record.encode_into(out));
+        }
+        let mut records = Vec::new();
+        self.records.iter().try_for_each(|record| record.encode_into(&mut records))?;
+        compression::compress(compression, &records, out)
     }
 }
 
@@ -137,13 +161,18 @@ fn seal(batch: &mut [u8]) -> Result<(), BatchError> {
     Ok(())
 }
 
-/// Decodes exactly `records_count` records filling the rest of the batch.
-fn decode_records(view: BatchView<'_>) -> Result<Vec<Record>, BatchError> {
-    let records_count = usize::try_from(view.records_count()).map_err(|_| BatchError::InvalidRecordCount {
+/// The records count, or [`BatchError::InvalidRecordCount`] if negative.
+fn checked_records_count(view: BatchView<'_>) -> Result<usize, BatchError> {
+    usize::try_from(view.records_count()).map_err(|_| BatchError::InvalidRecordCount {
         records_count: view.records_count(),
         last_offset_delta: view.last_offset_delta(),
-    })?;
-    let mut cursor = Cursor::new(&view.as_bytes()[BATCH_HEADER_BYTES..]);
+    })
+}
+
+/// Decodes exactly `records_count` records filling the whole (decompressed)
+/// records section.
+fn decode_records(section: &[u8], records_count: usize) -> Result<Vec<Record>, BatchError> {
+    let mut cursor = Cursor::new(section);
     let mut records = Vec::with_capacity(records_count.min(cursor.remaining() / MIN_RECORD_BYTES));
     for _ in 0..records_count {
         if cursor.is_empty() {
@@ -209,14 +238,40 @@ mod tests {
     }
 
     #[test]
-    fn compressed_batches_are_unsupported_on_decode() {
-        let mut bytes = empty_batch().encode().expect("uncompressed batch encodes");
-        bytes[field::ATTRIBUTES + 1] = Compression::Zstd.codec();
-        seal(&mut bytes).expect("small batch seals");
-        assert_eq!(
-            RecordBatch::decode(&bytes),
-            Err(BatchError::UnsupportedCompression { compression: Compression::Zstd })
-        );
+    fn gzip_and_snappy_are_unsupported_on_decode() {
+        for compression in [Compression::Gzip, Compression::Snappy] {
+            let mut bytes = empty_batch().encode().expect("uncompressed batch encodes");
+            bytes[field::ATTRIBUTES + 1] = compression.codec();
+            seal(&mut bytes).expect("small batch seals");
+            assert_eq!(RecordBatch::decode(&bytes), Err(BatchError::UnsupportedCompression { compression }));
+        }
+    }
+
+    #[test]
+    fn compressed_records_section_holds_the_records_and_the_header_stays_plain() {
+        let mut batch = empty_batch();
+        batch.records = (0..50).map(|i| Record { offset_delta: i, ..Record::default() }).collect();
+        batch.last_offset_delta = 49;
+        let plain = batch.encode().expect("uncompressed batch encodes");
+        for compression in [Compression::Lz4, Compression::Zstd] {
+            batch.attributes = Attributes::default().with_compression(compression);
+            let bytes = batch.encode().expect("lz4 and zstd encode");
+            // Only the batch length, CRC and codec bits differ in the header.
+            assert_eq!(bytes[..field::BATCH_LENGTH], plain[..field::BATCH_LENGTH], "{compression}");
+            assert_eq!(
+                bytes[field::PARTITION_LEADER_EPOCH..field::CRC],
+                plain[field::PARTITION_LEADER_EPOCH..field::CRC]
+            );
+            assert_eq!(bytes[field::ATTRIBUTES + 1], compression.codec());
+            assert_eq!(
+                bytes[field::LAST_OFFSET_DELTA..BATCH_HEADER_BYTES],
+                plain[field::LAST_OFFSET_DELTA..BATCH_HEADER_BYTES]
+            );
+            let section = compression::decompress(compression, &bytes[BATCH_HEADER_BYTES..], usize::MAX)
+                .expect("section decompresses");
+            assert_eq!(section.as_ref(), &plain[BATCH_HEADER_BYTES..], "{compression}");
+            assert_eq!(RecordBatch::decode(&bytes), Ok(batch.clone()));
+        }
     }
 
     #[test]

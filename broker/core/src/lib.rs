@@ -14,4 +14,5 @@
 //! enforces it (see `Cargo.toml`).
 
 pub mod log;
+pub mod producer_state;
 pub mod storage;

@@ -35,6 +35,7 @@ mod read;
 mod retention;
 mod scan;
 mod segment;
+pub mod topic_config;
 mod validated;
 
 use std::collections::VecDeque;
@@ -48,6 +49,7 @@ pub use error::LogError;
 pub use flush::FlushTicket;
 pub use open::RecoveryReport;
 pub use read::{ReadInfo, ReadPlan};
+pub use topic_config::{apply_topic_configs, effective_topic_configs, TOPIC_CONFIG_KEYS};
 pub use validated::ValidatedBatches;
 
 use checkpoint::{write_recovery_point, CLEAN_SHUTDOWN_FILE};
@@ -134,6 +136,14 @@ impl Log {
 
     pub fn config(&self) -> &LogConfig {
         &self.config
+    }
+
+    /// Replaces the config (a topic's configs were altered). Segment and index sizes
+    /// apply from the next roll; retention and flushing from their next run.
+    pub fn set_config(&mut self, config: LogConfig) -> Result<(), LogError> {
+        config.validate()?;
+        self.config = config;
+        Ok(())
     }
 
     /// The first offset still held.
