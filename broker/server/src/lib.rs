@@ -36,11 +36,21 @@
 //! The Cap'n Proto RPC edge, config files and `run(config, shutdown)` arrive with
 //! the single-node broker.
 
+pub mod config;
+pub mod error;
 pub mod flusher;
 pub mod log_dir;
+pub mod metadata_store;
+pub mod node;
 pub mod partition;
+pub mod rpc;
+pub mod server;
 pub mod storage;
 
+pub use config::{BrokerConfig, BrokerConfigError, ConfigOverrides, Limits};
+pub use error::ApiError;
 pub use log_dir::{CreatePartitionError, LogDir, LogDirConfig};
+pub use node::Node;
 pub use partition::{Durability, Partition};
+pub use server::{run, Server, ServerError};
 pub use storage::FileStorage;

@@ -120,8 +120,18 @@ pub fn parse_partition_dir(name: &str) -> Option<(&str, u32)> {
 }
 
 impl LogDir {
-    /// Opens every partition under `config.data_dir` (creating the directory).
+    /// Opens every partition under `config.data_dir` (creating the directory), all
+    /// with `config.log`.
     pub fn open(config: LogDirConfig) -> Result<LogDir, LogError> {
+        let defaults = config.log.clone();
+        LogDir::open_with(config, |_| Some(defaults.clone()))
+    }
+
+    /// Opens the partitions under `config.data_dir` whose topic `config_for` knows,
+    /// each with the config it returns. Directories of unknown topics (a topic
+    /// deleted while the broker was down, or a deletion cut short) are deleted, and
+    /// so are leftovers of partitions renamed for deletion.
+    pub fn open_with(config: LogDirConfig, config_for: impl Fn(&str) -> Option<LogConfig>) -> Result<LogDir, LogError> {
         config.log.validate()?;
         let storage: Arc<dyn Storage> = Arc::new(FileStorage);
         let data_dir = config.data_dir.clone();
@@ -146,8 +156,18 @@ impl LogDir {
             source,
         })?;
         names.sort();
-        for name in names.into_iter().filter(|name| parse_partition_dir(name).is_some()) {
-            match shared.open_partition(&name) {
+        for name in names {
+            if name.ends_with(DELETED_SUFFIX) {
+                remove_dir(&data_dir.join(&name));
+                continue;
+            }
+            let Some((topic, _)) = parse_partition_dir(&name) else { continue };
+            let Some(log_config) = config_for(topic) else {
+                tracing::warn!(partition = %name, "deleting the directory of a partition whose topic does not exist");
+                shared.delete_dir(&name);
+                continue;
+            };
+            match shared.open_partition(&name, log_config) {
                 Ok(partition) => {
                     lock(&shared.partitions).insert(name, partition);
                 }
@@ -175,15 +195,40 @@ impl LogDir {
     /// Creates (or opens) the log of `topic`'s `partition`. The partition map stays
     /// locked while it opens, so one directory is never opened twice.
     pub fn create_partition(&self, topic: &str, partition: u32) -> Result<Partition, CreatePartitionError> {
+        self.create_partition_with(topic, partition, self.shared.config.log.clone())
+    }
+
+    /// [`LogDir::create_partition`] with a config of its own (a topic's overrides).
+    pub fn create_partition_with(
+        &self,
+        topic: &str,
+        partition: u32,
+        config: LogConfig,
+    ) -> Result<Partition, CreatePartitionError> {
         validate_topic_name(topic)?;
         let name = format!("{topic}-{partition}");
         let mut partitions = lock(&self.shared.partitions);
         if let Some(existing) = partitions.get(&name) {
             return Ok(existing.clone());
         }
-        let opened = self.shared.open_partition(&name)?;
+        let opened = self.shared.open_partition(&name, config)?;
         partitions.insert(name, opened.clone());
         Ok(opened)
+    }
+
+    /// Closes the partition `name` (if open, or forgets it if offline) and deletes
+    /// its directory: first renamed aside (atomic, made durable), then removed, so a
+    /// crash midway leaves either the whole partition or a leftover the next start
+    /// deletes. Readers holding the partition get "closed" errors from then on.
+    pub fn delete_partition(&self, name: &str) -> Result<(), LogError> {
+        if let Some(partition) = lock(&self.shared.partitions).remove(name) {
+            if let Err(error) = partition.close() {
+                tracing::warn!(partition = %name, %error, "closing a deleted partition failed");
+            }
+        }
+        lock(&self.shared.offline).retain(|offline| offline.name != name);
+        self.shared.delete_dir(name);
+        Ok(())
     }
 
     /// The open partition named `topic-partition`.
@@ -231,17 +276,11 @@ impl Drop for LogDir {
 }
 
 impl Shared {
-    fn open_partition(&self, name: &str) -> Result<Partition, LogError> {
+    fn open_partition(&self, name: &str, config: LogConfig) -> Result<Partition, LogError> {
         let dir = self.config.data_dir.join(name);
         let linger = Duration::from_micros(self.config.group_commit_linger_us);
-        let partition = Partition::open(
-            self.storage.clone(),
-            name.to_owned(),
-            dir,
-            self.config.log.clone(),
-            self.flusher.clone(),
-            linger,
-        )?;
+        let partition =
+            Partition::open(self.storage.clone(), name.to_owned(), dir, config, self.flusher.clone(), linger)?;
         let report = partition.with_log(|log| Ok(log.recovery_report().clone()))?;
         if !report.clean_shutdown {
             tracing::warn!(
@@ -255,10 +294,29 @@ impl Shared {
         Ok(partition)
     }
 
+    /// Renames `<name>` to `<name>.<ms>.deleted`, syncs the data directory, then
+    /// removes the renamed tree. Failures are logged: a leftover is retried at the
+    /// next start.
+    fn delete_dir(&self, name: &str) {
+        let data_dir = &self.config.data_dir;
+        let doomed = data_dir.join(format!("{name}.{}{DELETED_SUFFIX}", now_ms()));
+        if let Err(error) = std::fs::rename(data_dir.join(name), &doomed) {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(partition = %name, %error, "could not rename a deleted partition's directory");
+            }
+            return;
+        }
+        if let Err(error) = self.storage.sync_dir(data_dir) {
+            tracing::warn!(%error, "could not sync the data directory after a deletion");
+        }
+        remove_dir(&doomed);
+    }
+
     fn run_background(&self) {
         let config = &self.config;
-        let tick_ms = config.log.flush_interval_ms.min(config.retention_check_interval_ms).clamp(10, 1000);
-        let (mut last_flush_ms, mut last_retention_ms) = (now_ms(), now_ms());
+        // Topics may override `flush.ms`: tick often enough for small overrides.
+        let tick_ms = config.log.flush_interval_ms.min(config.retention_check_interval_ms).clamp(10, 100);
+        let mut last_retention_ms = now_ms();
         loop {
             let stop = lock(&self.stop);
             let (stop, _) = self
@@ -271,17 +329,28 @@ impl Shared {
             drop(stop);
             let now = now_ms();
             let partitions: Vec<Partition> = lock(&self.partitions).values().cloned().collect();
-            if config.log.flush_policy == FlushPolicy::Interval
-                && now - last_flush_ms >= config.log.flush_interval_ms as i64
-            {
-                last_flush_ms = now;
-                partitions.iter().for_each(Partition::schedule_round);
+            for partition in &partitions {
+                let partition_config = partition.config();
+                if partition_config.flush_policy == FlushPolicy::Interval
+                    && now - partition.last_flush_ms() >= partition_config.flush_interval_ms as i64
+                {
+                    partition.schedule_round();
+                }
             }
             if now - last_retention_ms >= config.retention_check_interval_ms as i64 {
                 last_retention_ms = now;
                 partitions.iter().for_each(|partition| apply_retention(partition, now));
             }
         }
+    }
+}
+
+/// Marks a partition directory renamed for deletion.
+const DELETED_SUFFIX: &str = ".deleted";
+
+fn remove_dir(path: &Path) {
+    if let Err(error) = std::fs::remove_dir_all(path) {
+        tracing::warn!(path = %path.display(), %error, "could not remove a deleted partition's directory");
     }
 }
 

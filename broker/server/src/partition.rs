@@ -24,8 +24,8 @@
 //! watch says so and every waiter gets the error instead of waiting forever.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use broker_core::log::{AppendInfo, FlushPolicy, Log, LogConfig, LogError, ReadInfo, ValidatedBatches};
@@ -65,9 +65,8 @@ struct Shared {
     dir: PathBuf,
     /// `None` once closed.
     log: Mutex<Option<Log>>,
-    /// The log's config as opened: appends are validated against it before locking.
-    config: LogConfig,
-    flush_policy: FlushPolicy,
+    /// The log's config: appends are validated against it before locking.
+    config: RwLock<LogConfig>,
     round: Mutex<RoundState>,
     /// Signalled (with `round` held) by every append that schedules a round.
     appended: Condvar,
@@ -80,9 +79,15 @@ struct Shared {
     /// The longest a round start waits for those expected appends.
     group_commit_linger: Duration,
     durability: watch::Sender<Durability>,
+    /// The high watermark: the end of what readers may see. Under
+    /// `flush.policy=always` it is the durable offset (nothing is visible before it is
+    /// on disk); under `interval` it is the log end offset. Only grows.
+    high_watermark: watch::Sender<u64>,
     flusher: Flusher,
     /// Completed flush rounds (a metric: appends per round shows group commit at work).
     flush_round_count: AtomicU64,
+    /// Wall-clock start of the last flush round (drives `flush.ms`).
+    last_flush_ms: AtomicI64,
 }
 
 /// Locks, carrying on past poisoning: every guarded value here stays consistent
@@ -101,15 +106,17 @@ impl Partition {
         flusher: Flusher,
         group_commit_linger: Duration,
     ) -> Result<Partition, LogError> {
-        let flush_policy = config.flush_policy;
         let log = Log::open(storage, dir.clone(), config.clone())?;
         let (durability, _) = watch::channel(Durability::Durable(log.durable_offset()));
+        let (high_watermark, _) = watch::channel(match config.flush_policy {
+            FlushPolicy::Always => log.durable_offset(),
+            FlushPolicy::Interval => log.log_end_offset(),
+        });
         let shared = Shared {
             name,
             dir,
             log: Mutex::new(Some(log)),
-            config,
-            flush_policy,
+            config: RwLock::new(config),
             round: Mutex::new(RoundState::Idle),
             appended: Condvar::new(),
             append_count: AtomicU64::new(0),
@@ -117,8 +124,10 @@ impl Partition {
             expected_appends: AtomicU64::new(0),
             group_commit_linger,
             durability,
+            high_watermark,
             flusher,
             flush_round_count: AtomicU64::new(0),
+            last_flush_ms: AtomicI64::new(crate::log_dir::now_ms()),
         };
         Ok(Partition { shared: Arc::new(shared) })
     }
@@ -150,15 +159,60 @@ impl Partition {
     /// schedules the group-commit round that will make them durable. Validation
     /// (the CRC of every byte) runs before the lock is taken.
     pub fn append(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
-        let validated = ValidatedBatches::new(batches, &self.shared.config)?;
+        let config = self.config();
+        let validated = ValidatedBatches::new(batches, &config)?;
         let info = self
             .with_log_mut(|log| log.append_validated(validated, leader_epoch))
             .inspect_err(|_| self.publish_if_fenced())?;
         self.shared.append_count.fetch_add(1, Ordering::Relaxed);
-        if self.shared.flush_policy == FlushPolicy::Always {
-            self.schedule_round();
+        match config.flush_policy {
+            FlushPolicy::Always => self.schedule_round(),
+            FlushPolicy::Interval => self.advance_high_watermark(info.last_offset + 1),
         }
         Ok(info)
+    }
+
+    /// The partition's current config.
+    pub fn config(&self) -> LogConfig {
+        self.shared.config.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Replaces the config (altered topic configs); see [`Log::set_config`]. Switching
+    /// to `flush.policy=interval` makes everything appended so far visible at once.
+    pub fn set_config(&self, config: LogConfig) -> Result<(), LogError> {
+        let log_end_offset = self.with_log_mut(|log| {
+            log.set_config(config.clone())?;
+            Ok(log.log_end_offset())
+        })?;
+        let flush_policy = config.flush_policy;
+        *self.shared.config.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = config;
+        if flush_policy == FlushPolicy::Interval {
+            self.advance_high_watermark(log_end_offset);
+        }
+        Ok(())
+    }
+
+    /// The high watermark: readers see offsets below it only.
+    pub fn high_watermark(&self) -> u64 {
+        *self.shared.high_watermark.borrow()
+    }
+
+    /// Waits until the high watermark passes `offset` or `deadline` comes; returns
+    /// the high watermark then.
+    pub async fn wait_high_watermark_above(&self, offset: u64, deadline: tokio::time::Instant) -> u64 {
+        let mut receiver = self.shared.high_watermark.subscribe();
+        let waited = tokio::time::timeout_at(deadline, receiver.wait_for(|high_watermark| *high_watermark > offset));
+        // Timed out, closed or reached: the current value answers all three.
+        let _ = waited.await;
+        self.high_watermark()
+    }
+
+    fn advance_high_watermark(&self, offset: u64) {
+        self.shared.high_watermark.send_if_modified(|high_watermark| {
+            let advanced = *high_watermark < offset;
+            *high_watermark = (*high_watermark).max(offset);
+            advanced
+        });
     }
 
     /// Waits until every offset below `offset` is durable.
@@ -179,6 +233,11 @@ impl Partition {
         LogError::Fenced { dir: self.shared.dir.clone(), reason }
     }
 
+    /// When the last flush round started (ms since the epoch).
+    pub fn last_flush_ms(&self) -> i64 {
+        self.shared.last_flush_ms.load(Ordering::Relaxed)
+    }
+
     /// Flush rounds completed since the partition was opened.
     pub fn flush_round_count(&self) -> u64 {
         self.shared.flush_round_count.load(Ordering::Relaxed)
@@ -194,6 +253,26 @@ impl Partition {
     pub fn read(&self, offset: u64, max_bytes: usize, buffer: &mut Vec<u8>) -> Result<ReadInfo, LogError> {
         let plan = self.with_log(|log| log.read(offset, max_bytes, None))?;
         plan.read_into(buffer)
+    }
+
+    /// Like [`Partition::read`] but only below the high watermark (what consumers
+    /// may see). Returns what was read and the log start offset and high watermark
+    /// the read saw.
+    pub fn read_committed(
+        &self,
+        offset: u64,
+        max_bytes: usize,
+        buffer: &mut Vec<u8>,
+    ) -> Result<(ReadInfo, u64, u64), LogError> {
+        let high_watermark = self.high_watermark();
+        let plan = self.with_log(|log| log.read(offset, max_bytes, Some(high_watermark)))?;
+        Ok((plan.read_into(buffer)?, plan.log_start_offset, high_watermark))
+    }
+
+    /// The log start offset and the high watermark.
+    pub fn offsets(&self) -> Result<(u64, u64), LogError> {
+        let high_watermark = self.high_watermark();
+        self.with_log(|log| Ok((log.log_start_offset(), high_watermark)))
     }
 
     /// Queues a flush round unless one is queued or running (then marks it dirty).
@@ -214,6 +293,7 @@ impl Partition {
     /// One group-commit round; called by a flusher thread.
     pub(crate) fn run_round(&self) {
         *lock(&self.shared.round) = RoundState::Running;
+        self.shared.last_flush_ms.store(crate::log_dir::now_ms(), Ordering::Relaxed);
         self.linger_for_expected_appends();
         // Appends that marked the round dirty while it lingered are covered by the
         // ticket taken next: no extra round for them.
@@ -271,7 +351,7 @@ impl Partition {
         let expected = shared.expected_appends.load(Ordering::Relaxed);
         let arrived =
             || shared.append_count.load(Ordering::Relaxed) - shared.appends_at_last_round.load(Ordering::Relaxed);
-        let lingers = shared.flush_policy == FlushPolicy::Always && !shared.group_commit_linger.is_zero();
+        let lingers = self.config().flush_policy == FlushPolicy::Always && !shared.group_commit_linger.is_zero();
         if !lingers || arrived() >= expected {
             return;
         }
@@ -297,6 +377,7 @@ impl Partition {
                     }
                     _ => false,
                 });
+                self.advance_high_watermark(durable);
             }
             Err(error) => {
                 tracing::error!(partition = %self.shared.name, %error, "flush failed; partition fenced");

@@ -1,0 +1,160 @@
+//! [`MetadataStore`]: the single-node broker's durable cluster metadata — which
+//! topics exist (partition count, replication factor, config overrides) and the
+//! next block of producer ids — in one JSON file, `<data_dir>/cluster-metadata.json`.
+//!
+//! Every change is written whole to a temporary file, fsynced, renamed over the old
+//! file and made durable with a directory fsync: after a crash the file is either
+//! the old or the new version, never a mix. The file starts with a `version`; an
+//! unknown version or unparsable content stops the broker with a clear error
+//! (it is never silently replaced).
+//!
+//! Ownership: [`crate::node::Node`] holds it behind a mutex; changes are rare
+//! (admin requests, one producer-id block per 1,000 producers).
+//!
+//! When the controller lands (openraft, DESIGN §3) this file is replaced by the
+//! metadata log; the records it will hold are exactly these fields.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// File name inside the data directory.
+pub const METADATA_FILE_NAME: &str = "cluster-metadata.json";
+const FORMAT_VERSION: u32 = 1;
+/// Producer ids handed out per durable write.
+pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+
+/// One topic as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicRecord {
+    pub partition_count: u32,
+    pub replication_factor: i16,
+    /// Config overrides, Kafka-style keys (`retention.ms`, ...).
+    pub configs: BTreeMap<String, String>,
+}
+
+/// Everything the file holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterMetadata {
+    pub version: u32,
+    /// Ids below this one may have been handed out already.
+    pub producer_id_block_end: i64,
+    pub topics: BTreeMap<String, TopicRecord>,
+}
+
+/// Why the metadata file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is not valid cluster metadata: {reason}", path.display())]
+    Invalid { path: PathBuf, reason: String },
+}
+
+/// The open metadata file and its current contents.
+#[derive(Debug)]
+pub struct MetadataStore {
+    dir: PathBuf,
+    metadata: ClusterMetadata,
+}
+
+impl MetadataStore {
+    /// Loads `<dir>/cluster-metadata.json`, or starts empty when there is none.
+    pub fn open(dir: &Path) -> Result<MetadataStore, MetadataError> {
+        let path = dir.join(METADATA_FILE_NAME);
+        let metadata = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let metadata: ClusterMetadata = serde_json::from_slice(&bytes)
+                    .map_err(|error| MetadataError::Invalid { path: path.clone(), reason: error.to_string() })?;
+                if metadata.version != FORMAT_VERSION {
+                    let reason = format!("format version {} is not {FORMAT_VERSION}", metadata.version);
+                    return Err(MetadataError::Invalid { path, reason });
+                }
+                metadata
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                ClusterMetadata { version: FORMAT_VERSION, ..ClusterMetadata::default() }
+            }
+            Err(source) => return Err(MetadataError::Io { op: "read", path, source }),
+        };
+        Ok(MetadataStore { dir: dir.to_path_buf(), metadata })
+    }
+
+    pub fn metadata(&self) -> &ClusterMetadata {
+        &self.metadata
+    }
+
+    /// Applies `change` and makes the result durable; on failure nothing changes.
+    pub fn update<T>(&mut self, change: impl FnOnce(&mut ClusterMetadata) -> T) -> Result<T, MetadataError> {
+        let mut next = self.metadata.clone();
+        let value = change(&mut next);
+        self.write(&next)?;
+        self.metadata = next;
+        Ok(value)
+    }
+
+    /// Reserves the next block of producer ids durably; returns its first id.
+    pub fn allocate_producer_id_block(&mut self) -> Result<i64, MetadataError> {
+        self.update(|metadata| {
+            let first = metadata.producer_id_block_end;
+            metadata.producer_id_block_end = first + PRODUCER_ID_BLOCK_SIZE;
+            first
+        })
+    }
+
+    fn write(&self, metadata: &ClusterMetadata) -> Result<(), MetadataError> {
+        let path = self.dir.join(METADATA_FILE_NAME);
+        let temporary = self.dir.join(format!("{METADATA_FILE_NAME}.tmp"));
+        let io = |op: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| MetadataError::Io { op, path, source }
+        };
+        let bytes = serde_json::to_vec_pretty(metadata)
+            .map_err(|error| MetadataError::Invalid { path: path.clone(), reason: error.to_string() })?;
+        let mut file = std::fs::File::create(&temporary).map_err(io("create", &temporary))?;
+        file.write_all(&bytes).map_err(io("write", &temporary))?;
+        file.sync_all().map_err(io("fsync", &temporary))?;
+        std::fs::rename(&temporary, &path).map_err(io("rename", &path))?;
+        std::fs::File::open(&self.dir).and_then(|dir| dir.sync_all()).map_err(io("fsync", &self.dir))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn changes_survive_reopening_and_ids_never_repeat() {
+        let temp = tempfile::tempdir().unwrap();
+        let mut store = MetadataStore::open(temp.path()).unwrap();
+        let record = TopicRecord {
+            partition_count: 3,
+            replication_factor: 1,
+            configs: BTreeMap::from([("retention.ms".to_owned(), "1000".to_owned())]),
+        };
+        store.update(|metadata| metadata.topics.insert("orders".to_owned(), record.clone())).unwrap();
+        assert_eq!(store.allocate_producer_id_block().unwrap(), 0);
+        let mut reopened = MetadataStore::open(temp.path()).unwrap();
+        assert_eq!(reopened.metadata().topics.get("orders"), Some(&record));
+        assert_eq!(reopened.allocate_producer_id_block().unwrap(), PRODUCER_ID_BLOCK_SIZE);
+    }
+
+    #[test]
+    fn a_damaged_file_is_reported_not_replaced() {
+        let temp = tempfile::tempdir().unwrap();
+        std::fs::write(temp.path().join(METADATA_FILE_NAME), b"{\"version\": 1, \"topics\": ").unwrap();
+        let error = MetadataStore::open(temp.path()).unwrap_err();
+        assert!(matches!(error, MetadataError::Invalid { .. }), "{error}");
+        assert!(error.to_string().contains(METADATA_FILE_NAME), "{error}");
+    }
+}

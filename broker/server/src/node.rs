@@ -1,0 +1,623 @@
+//! [`Node`]: one broker's state and every request it serves, as plain Rust values.
+//!
+//! The RPC edge ([`crate::rpc`]) decodes Cap'n Proto into the request types here and
+//! encodes the answers back; nothing below this line knows about Cap'n Proto. `Node`
+//! is `Send + Sync` and shared by every connection thread.
+//!
+//! State: the durable [`MetadataStore`] (topics and producer-id blocks), the
+//! [`LogDir`] with every partition log, and per partition an idempotent-producer
+//! table. Admin changes are serialised by one mutex and written to the metadata
+//! store *before* the logs change, so a crash in between leaves metadata the next
+//! start reconciles (missing partition directories are created, directories of
+//! deleted topics are deleted).
+//!
+//! Produce: validate the batch headers (CRC, size, codec), run the idempotence
+//! check and append under the partition's producer lock, then wait for durability
+//! as `acks` asks. Fetch: read committed batches (below the high watermark); long-
+//! poll until `min_bytes` are there or `max_wait` passed.
+//!
+//! Single node: this broker is the leader of every partition, leader epoch 0,
+//! replicas = ISR = [this broker]. The metadata shapes already carry a cluster.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use abi::batch::{BatchView, Compression};
+use abi::ErrorCode;
+use broker_core::log::topic_config::{apply_topic_configs, effective_topic_configs};
+use broker_core::log::{FlushPolicy, LogConfig};
+use broker_core::producer_state::{ProducerBatch, ProducerStates, SequenceCheck};
+
+use crate::config::{BrokerConfig, Limits};
+use crate::error::ApiError;
+use crate::log_dir::{validate_topic_name, LogDir};
+use crate::metadata_store::{MetadataError, MetadataStore, TopicRecord, PRODUCER_ID_BLOCK_SIZE};
+use crate::partition::{lock, Partition};
+
+/// Leader epoch of every partition until the controller hands out epochs.
+const LEADER_EPOCH: i32 = 0;
+/// Idempotent producers remembered per partition (least recently used go first).
+const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;
+/// Produce wait when the request gives no timeout.
+const PRODUCE_TIMEOUT_MS_DEFAULT: u32 = 30_000;
+
+/// When a produce is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acks {
+    /// At once, after the append (the answer carries no offset).
+    None,
+    /// After the leader's durable append.
+    Leader,
+    /// After every in-sync replica's durable append (the leader alone, on one node).
+    All,
+}
+
+#[derive(Clone, Debug)]
+pub struct ProduceRequest {
+    pub topic: String,
+    pub partition: i32,
+    pub acks: Acks,
+    pub timeout_ms: u32,
+    /// One or more RecordBatch v2, back to back; stamped in place.
+    pub batches: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Produced {
+    /// Offset of the first record; -1 for `acks=none`.
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct FetchRequest<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    pub max_bytes: u32,
+    pub min_bytes: u32,
+    pub max_wait_ms: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Fetched {
+    pub batches: Vec<u8>,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+/// Which offset `list_offset` looks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffsetQuery {
+    Earliest,
+    Latest,
+    /// The first record with a timestamp at or after this (ms).
+    Timestamp(i64),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerEntry {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionInfo {
+    pub partition: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub error: Option<ApiError>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub name: String,
+    pub partitions: Vec<PartitionInfo>,
+    pub error: Option<ApiError>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterInfo {
+    pub brokers: Vec<BrokerEntry>,
+    pub controller_id: i32,
+    pub topics: Vec<TopicInfo>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicDescription {
+    pub name: String,
+    pub partitions: Vec<PartitionInfo>,
+    /// Every effective config, sorted by key.
+    pub configs: Vec<(String, String)>,
+}
+
+/// Why the node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    #[error(transparent)]
+    Log(#[from] broker_core::log::LogError),
+    #[error("topic {topic:?} has configs the broker no longer accepts: {reason}")]
+    TopicConfig { topic: String, reason: String },
+}
+
+/// One partition slot of a topic.
+#[derive(Debug)]
+enum Slot {
+    Online {
+        partition: Partition,
+        producers: Mutex<ProducerStates>,
+    },
+    /// Recovery found corruption (or the directory could not be created).
+    Offline {
+        reason: String,
+    },
+}
+
+/// A topic's partitions; its configs live in the metadata store and in each
+/// partition's log config.
+#[derive(Debug)]
+struct Topic {
+    slots: Vec<Slot>,
+}
+
+/// Producer ids handed out from the current durable block.
+#[derive(Debug, Default)]
+struct ProducerIdBlock {
+    next: i64,
+    end: i64,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct Node {
+    broker: BrokerEntry,
+    limits: Limits,
+    log_defaults: LogConfig,
+    log_dir: Mutex<Option<LogDir>>,
+    /// Serialises admin changes; taken before `metadata`.
+    metadata: Mutex<MetadataStore>,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    producer_ids: Mutex<ProducerIdBlock>,
+}
+
+impl Node {
+    /// Opens the data directory: metadata, then every partition of every topic.
+    pub fn open(config: &BrokerConfig) -> Result<Node, NodeError> {
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| MetadataError::Io {
+            op: "create",
+            path: config.data_dir.clone(),
+            source,
+        })?;
+        let metadata = MetadataStore::open(&config.data_dir)?;
+        let mut log_configs = HashMap::new();
+        for (name, record) in &metadata.metadata().topics {
+            let entries: Vec<(String, String)> = record.configs.clone().into_iter().collect();
+            let log_config = apply_topic_configs(&config.log, &entries)
+                .map_err(|error| NodeError::TopicConfig { topic: name.clone(), reason: error.to_string() })?;
+            log_configs.insert(name.clone(), log_config);
+        }
+        let log_dir = LogDir::open_with(config.log_dir_config(), |topic| log_configs.get(topic).cloned())?;
+        let offline: HashMap<String, String> = log_dir.offline().into_iter().collect();
+        let mut topics = BTreeMap::new();
+        for (name, record) in &metadata.metadata().topics {
+            let slots = (0..record.partition_count)
+                .map(|partition| open_slot(&log_dir, &offline, name, partition, &log_configs[name]))
+                .collect();
+            topics.insert(name.clone(), Arc::new(Topic { slots }));
+        }
+        let (host, port) = split_host_port(config.advertised_listener.as_deref().unwrap_or(&config.listen));
+        Ok(Node {
+            broker: BrokerEntry { id: config.broker_id, host, port },
+            limits: config.limits.clone(),
+            log_defaults: config.log.clone(),
+            log_dir: Mutex::new(Some(log_dir)),
+            metadata: Mutex::new(metadata),
+            topics: RwLock::new(topics),
+            producer_ids: Mutex::new(ProducerIdBlock::default()),
+        })
+    }
+
+    /// Sets the address clients are told to use (after binding port 0).
+    pub fn set_advertised(&mut self, host: String, port: u16) {
+        self.broker.host = host;
+        self.broker.port = port;
+    }
+
+    /// Closes every partition cleanly (flush, checkpoint, clean-shutdown marker).
+    pub fn shutdown(&self) {
+        self.topics_mut().clear();
+        if let Some(log_dir) = lock(&self.log_dir).take() {
+            for (partition, error) in log_dir.shutdown() {
+                tracing::error!(%partition, %error, "partition did not close cleanly");
+            }
+        }
+    }
+
+    fn topics(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Topic>>> {
+        self.topics.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn topics_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Topic>>> {
+        self.topics.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn topic(&self, name: &str) -> Result<Arc<Topic>, ApiError> {
+        self.topics().get(name).cloned().ok_or_else(|| ApiError::unknown_topic(name))
+    }
+
+    // ---- admin ----
+
+    /// Creates a topic: durable in the metadata first, then its partition logs.
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partition_count: i32,
+        replication_factor: i16,
+        configs: &[(String, String)],
+    ) -> Result<(), ApiError> {
+        validate_topic_name(name)?;
+        if name.starts_with("__") {
+            return Err(ApiError::new(ErrorCode::InvalidTopic, "names starting with \"__\" are reserved"));
+        }
+        let partitions_max = self.limits.topic_partitions_max;
+        if partition_count < 1 || partition_count as u32 > partitions_max {
+            let message = format!("partition count must be in [1, {partitions_max}], got {partition_count}");
+            return Err(ApiError::new(ErrorCode::InvalidPartitions, message));
+        }
+        let replication_factor = if replication_factor == -1 { 1 } else { replication_factor };
+        if replication_factor != 1 {
+            let message =
+                format!("replication factor {replication_factor} needs that many brokers; this cluster has 1");
+            return Err(ApiError::new(ErrorCode::InvalidReplicationFactor, message));
+        }
+        let log_config = self.topic_log_config(configs)?;
+        let mut metadata = lock(&self.metadata);
+        if metadata.metadata().topics.contains_key(name) {
+            return Err(ApiError::new(ErrorCode::TopicAlreadyExists, format!("topic {name:?} already exists")));
+        }
+        let record = TopicRecord {
+            partition_count: partition_count as u32,
+            replication_factor,
+            configs: configs.iter().cloned().collect(),
+        };
+        metadata.update(|metadata| metadata.topics.insert(name.to_owned(), record.clone())).map_err(storage_error)?;
+        let slots = {
+            let log_dir = lock(&self.log_dir);
+            let log_dir = log_dir.as_ref().ok_or_else(shutting_down)?;
+            (0..record.partition_count)
+                .map(|partition| open_slot(log_dir, &HashMap::new(), name, partition, &log_config))
+                .collect()
+        };
+        self.topics_mut().insert(name.to_owned(), Arc::new(Topic { slots }));
+        tracing::info!(topic = %name, partition_count, "topic created");
+        Ok(())
+    }
+
+    /// Deletes a topic: gone from the metadata first, then its partitions' files.
+    pub fn delete_topic(&self, name: &str) -> Result<(), ApiError> {
+        let mut metadata = lock(&self.metadata);
+        if !metadata.metadata().topics.contains_key(name) {
+            return Err(ApiError::unknown_topic(name));
+        }
+        metadata.update(|metadata| metadata.topics.remove(name)).map_err(storage_error)?;
+        let removed = self.topics_mut().remove(name);
+        if let (Some(topic), Some(log_dir)) = (removed, lock(&self.log_dir).as_ref()) {
+            for partition in 0..topic.slots.len() {
+                log_dir.delete_partition(&format!("{name}-{partition}")).map_err(ApiError::from)?;
+            }
+        }
+        tracing::info!(topic = %name, "topic deleted");
+        Ok(())
+    }
+
+    pub fn list_topics(&self) -> Vec<String> {
+        self.topics().keys().cloned().collect()
+    }
+
+    pub fn describe_topic(&self, name: &str) -> Result<TopicDescription, ApiError> {
+        let topic = self.topic(name)?;
+        let configs = match topic.slots.iter().find_map(Slot::partition) {
+            Some(partition) => effective_topic_configs(&partition.config()),
+            None => {
+                let overrides = lock(&self.metadata).metadata().topics.get(name).map(entries).unwrap_or_default();
+                effective_topic_configs(&self.topic_log_config(&overrides)?)
+            }
+        };
+        Ok(TopicDescription { name: name.to_owned(), partitions: self.partition_infos(&topic), configs })
+    }
+
+    /// Sets config overrides; an empty value removes the override (back to the
+    /// broker default). Validated as a whole before anything changes.
+    pub fn alter_topic_config(&self, name: &str, changes: &[(String, String)]) -> Result<(), ApiError> {
+        let mut metadata = lock(&self.metadata);
+        let topic = self.topic(name)?;
+        let mut overrides =
+            metadata.metadata().topics.get(name).map(|record| record.configs.clone()).unwrap_or_default();
+        for (key, value) in changes {
+            match value.is_empty() {
+                true => overrides.remove(key),
+                false => overrides.insert(key.clone(), value.clone()),
+            };
+        }
+        let log_config = self.topic_log_config(&overrides.clone().into_iter().collect::<Vec<_>>())?;
+        metadata
+            .update(|metadata| {
+                if let Some(record) = metadata.topics.get_mut(name) {
+                    record.configs = overrides.clone();
+                }
+            })
+            .map_err(storage_error)?;
+        for partition in topic.slots.iter().filter_map(Slot::partition) {
+            partition.set_config(log_config.clone())?;
+        }
+        tracing::info!(topic = %name, ?changes, "topic configs altered");
+        Ok(())
+    }
+
+    fn topic_log_config(&self, configs: &[(String, String)]) -> Result<LogConfig, ApiError> {
+        apply_topic_configs(&self.log_defaults, configs)
+            .map_err(|error| ApiError::new(ErrorCode::InvalidConfig, error.problems.join("; ")))
+    }
+
+    // ---- metadata ----
+
+    /// Brokers and the given topics (all when `names` is empty).
+    pub fn metadata(&self, names: &[String]) -> ClusterInfo {
+        let topics = self.topics();
+        let infos = if names.is_empty() {
+            topics.iter().map(|(name, topic)| self.topic_info(name, topic)).collect()
+        } else {
+            names
+                .iter()
+                .map(|name| match topics.get(name) {
+                    Some(topic) => self.topic_info(name, topic),
+                    None => TopicInfo {
+                        name: name.clone(),
+                        partitions: Vec::new(),
+                        error: Some(ApiError::unknown_topic(name)),
+                    },
+                })
+                .collect()
+        };
+        ClusterInfo { brokers: vec![self.broker.clone()], controller_id: self.broker.id, topics: infos }
+    }
+
+    fn topic_info(&self, name: &str, topic: &Topic) -> TopicInfo {
+        TopicInfo { name: name.to_owned(), partitions: self.partition_infos(topic), error: None }
+    }
+
+    fn partition_infos(&self, topic: &Topic) -> Vec<PartitionInfo> {
+        let id = self.broker.id;
+        let info = |(index, slot): (usize, &Slot)| PartitionInfo {
+            partition: index as i32,
+            leader: id,
+            leader_epoch: LEADER_EPOCH,
+            replicas: vec![id],
+            isr: vec![id],
+            error: match slot {
+                Slot::Online { .. } => None,
+                Slot::Offline { reason } => Some(ApiError::new(ErrorCode::StorageError, reason.clone())),
+            },
+        };
+        topic.slots.iter().enumerate().map(info).collect()
+    }
+
+    // ---- data ----
+
+    fn slot(&self, topic_name: &str, partition: i32) -> Result<(Arc<Topic>, usize), ApiError> {
+        let topic = self.topic(topic_name)?;
+        let count = topic.slots.len();
+        if partition < 0 || partition as usize >= count {
+            return Err(ApiError::unknown_partition(topic_name, partition, count));
+        }
+        Ok((topic, partition as usize))
+    }
+
+    /// Appends the request's batches and answers as `acks` asks.
+    pub async fn produce(&self, mut request: ProduceRequest) -> Result<Produced, ApiError> {
+        let (topic, index) = self.slot(&request.topic, request.partition)?;
+        let (partition, producers) = topic.slots[index].online()?;
+        let producer = check_batches(&request.batches)?;
+        let (base_offset, last_offset) = match producer {
+            None => {
+                let info = partition.append(&mut request.batches, LEADER_EPOCH)?;
+                (info.base_offset, info.last_offset)
+            }
+            Some(producer) => {
+                let mut producers = lock(producers);
+                match producers.check(&producer)? {
+                    SequenceCheck::Duplicate { base_offset, last_offset } => (base_offset, last_offset),
+                    SequenceCheck::Append => {
+                        let info = partition.append(&mut request.batches, LEADER_EPOCH)?;
+                        producers.record(&producer, info.base_offset, info.last_offset);
+                        (info.base_offset, info.last_offset)
+                    }
+                }
+            }
+        };
+        if request.acks == Acks::None {
+            return Ok(Produced { base_offset: -1, log_start_offset: -1 });
+        }
+        if partition.config().flush_policy == FlushPolicy::Always {
+            let timeout_ms = match request.timeout_ms {
+                0 => PRODUCE_TIMEOUT_MS_DEFAULT,
+                timeout_ms => timeout_ms,
+            }
+            .min(self.limits.produce_timeout_ms_max);
+            let waited =
+                tokio::time::timeout(Duration::from_millis(timeout_ms as u64), partition.wait_durable(last_offset + 1));
+            match waited.await {
+                Ok(durable) => {
+                    durable?;
+                }
+                Err(_) => {
+                    let message = format!("offsets {base_offset}..={last_offset} not durable within {timeout_ms} ms");
+                    return Err(ApiError::new(ErrorCode::RequestTimedOut, message));
+                }
+            }
+        }
+        let (log_start_offset, _) = partition.offsets()?;
+        Ok(Produced { base_offset: base_offset as i64, log_start_offset: log_start_offset as i64 })
+    }
+
+    /// Reads committed batches from `offset`, waiting up to `max_wait_ms` for at
+    /// least `min_bytes`.
+    pub async fn fetch(&self, request: FetchRequest<'_>) -> Result<Fetched, ApiError> {
+        let (topic, index) = self.slot(request.topic, request.partition)?;
+        let (partition, _) = topic.slots[index].online()?;
+        let offset = u64::try_from(request.offset).map_err(|_| {
+            ApiError::new(ErrorCode::OffsetOutOfRange, format!("offset {} is negative", request.offset))
+        })?;
+        let max_bytes = request.max_bytes.clamp(1, self.limits.fetch_bytes_max) as usize;
+        let max_wait = Duration::from_millis(request.max_wait_ms.min(self.limits.fetch_wait_ms_max) as u64);
+        let deadline = tokio::time::Instant::now() + max_wait;
+        let mut batches = Vec::new();
+        loop {
+            let (_, log_start_offset, high_watermark) = partition.read_committed(offset, max_bytes, &mut batches)?;
+            let fetched = Fetched {
+                batches: std::mem::take(&mut batches),
+                high_watermark: high_watermark as i64,
+                log_start_offset: log_start_offset as i64,
+            };
+            if fetched.batches.len() >= request.min_bytes as usize || tokio::time::Instant::now() >= deadline {
+                return Ok(fetched);
+            }
+            batches = fetched.batches;
+            partition.wait_high_watermark_above(high_watermark, deadline).await;
+        }
+    }
+
+    /// The earliest or latest offset, or the first at or after a timestamp (the
+    /// high watermark when every record is older). Returns (offset, timestamp ms;
+    /// -1 when not known).
+    pub fn list_offset(&self, topic_name: &str, partition: i32, query: OffsetQuery) -> Result<(i64, i64), ApiError> {
+        let (topic, index) = self.slot(topic_name, partition)?;
+        let (partition, _) = topic.slots[index].online()?;
+        let (log_start_offset, high_watermark) = partition.offsets()?;
+        let offset = match query {
+            OffsetQuery::Earliest => log_start_offset,
+            OffsetQuery::Latest => high_watermark,
+            OffsetQuery::Timestamp(timestamp_ms) => partition
+                .with_log(|log| log.offset_for_timestamp(timestamp_ms))?
+                .map_or(high_watermark, |offset| offset.min(high_watermark)),
+        };
+        Ok((offset as i64, -1))
+    }
+
+    /// A fresh idempotent producer id (epoch 0). Ids come from durable blocks, so
+    /// a restarted broker never hands one out twice.
+    pub fn init_producer_id(&self) -> Result<(i64, i16), ApiError> {
+        let mut block = lock(&self.producer_ids);
+        if block.next >= block.end {
+            let first = lock(&self.metadata).allocate_producer_id_block().map_err(storage_error)?;
+            *block = ProducerIdBlock { next: first, end: first + PRODUCER_ID_BLOCK_SIZE };
+        }
+        let producer_id = block.next;
+        block.next += 1;
+        Ok((producer_id, 0))
+    }
+}
+
+impl Slot {
+    fn partition(&self) -> Option<&Partition> {
+        match self {
+            Slot::Online { partition, .. } => Some(partition),
+            Slot::Offline { .. } => None,
+        }
+    }
+
+    fn online(&self) -> Result<(&Partition, &Mutex<ProducerStates>), ApiError> {
+        match self {
+            Slot::Online { partition, producers } => Ok((partition, producers)),
+            Slot::Offline { reason } => Err(ApiError::new(ErrorCode::StorageError, reason.clone())),
+        }
+    }
+}
+
+fn entries(record: &TopicRecord) -> Vec<(String, String)> {
+    record.configs.clone().into_iter().collect()
+}
+
+fn open_slot(
+    log_dir: &LogDir,
+    offline: &HashMap<String, String>,
+    topic: &str,
+    partition: u32,
+    config: &LogConfig,
+) -> Slot {
+    let name = format!("{topic}-{partition}");
+    if let Some(reason) = offline.get(&name) {
+        return Slot::Offline { reason: reason.clone() };
+    }
+    let opened = match log_dir.partition(&name) {
+        Some(open) => Ok(open),
+        None => log_dir.create_partition_with(topic, partition, config.clone()),
+    };
+    match opened {
+        Ok(partition) => {
+            Slot::Online { partition, producers: Mutex::new(ProducerStates::new(PRODUCERS_PER_PARTITION_MAX)) }
+        }
+        Err(error) => {
+            tracing::error!(partition = %name, %error, "partition offline");
+            Slot::Offline { reason: error.to_string() }
+        }
+    }
+}
+
+/// Checks every batch header (the CRC is checked by the append) and returns the
+/// producer fields when the request comes from an idempotent producer, which
+/// must send exactly one batch per request.
+fn check_batches(bytes: &[u8]) -> Result<Option<ProducerBatch>, ApiError> {
+    let corrupt = |error: abi::batch::BatchError| ApiError::new(ErrorCode::CorruptMessage, error.to_string());
+    let (first, mut rest) = BatchView::split_first(bytes).map_err(corrupt)?;
+    let mut batch = first;
+    loop {
+        match batch.attributes().compression() {
+            Ok(Compression::None | Compression::Lz4 | Compression::Zstd) => {}
+            Ok(other) => {
+                let message = format!("{} compression is not supported (use none, lz4 or zstd)", other.name());
+                return Err(ApiError::new(ErrorCode::UnsupportedCompression, message));
+            }
+            Err(error) => return Err(corrupt(error)),
+        }
+        if rest.is_empty() {
+            break;
+        }
+        (batch, rest) = BatchView::split_first(rest).map_err(corrupt)?;
+    }
+    if first.producer_id() < 0 {
+        return Ok(None);
+    }
+    if first.size_bytes() != bytes.len() {
+        let message = "an idempotent produce request must carry exactly one batch";
+        return Err(ApiError::new(ErrorCode::InvalidRequest, message));
+    }
+    Ok(Some(ProducerBatch {
+        producer_id: first.producer_id(),
+        producer_epoch: first.producer_epoch(),
+        base_sequence: first.base_sequence(),
+        last_offset_delta: first.last_offset_delta(),
+    }))
+}
+
+fn storage_error(error: MetadataError) -> ApiError {
+    ApiError::new(ErrorCode::StorageError, error.to_string())
+}
+
+fn shutting_down() -> ApiError {
+    ApiError::new(ErrorCode::NotLeaderOrFollower, "the broker is shutting down")
+}
+
+/// `host:port` → parts (validated by the config already; port 0 until bound).
+fn split_host_port(address: &str) -> (String, u16) {
+    match address.rsplit_once(':') {
+        Some((host, port)) => (host.trim_matches(['[', ']']).to_owned(), port.parse().unwrap_or(0)),
+        None => (address.to_owned(), 0),
+    }
+}

@@ -1,0 +1,360 @@
+//! The Cap'n Proto edge: `Broker` and `Admin` capabilities (see
+//! `abi/schema/weir.capnp`) that decode each call into [`crate::node`] request
+//! types, run it, and encode the answer.
+//!
+//! Runs on a connection thread's `LocalSet` (capnp-rpc is `!Send`); the only
+//! shared state is the `Arc<Node>`. Each connection has its own [`CallGate`]: more
+//! than `in_flight_calls_max` calls at once are refused with an `overloaded` RPC
+//! error (clients map it to `ResourceExhausted`) instead of queueing unboundedly.
+//!
+//! Failures of a request are answered in the result's `error` field with a code
+//! from the `ErrorCode` table; RPC-level errors are reserved for malformed calls
+//! (a missing field, an unknown enum value) and overload.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use abi::weir_capnp::{admin, broker, error, offset_query, partition_metadata, Acks};
+
+use crate::error::ApiError;
+use crate::node::{self, Node, OffsetQuery, PartitionInfo};
+
+/// Counts a connection's calls in flight; see the module docs.
+#[derive(Debug)]
+pub struct CallGate {
+    in_flight: Cell<usize>,
+    in_flight_max: usize,
+}
+
+/// Holds one slot of a [`CallGate`] until dropped.
+struct CallPermit(Rc<CallGate>);
+
+impl CallGate {
+    pub fn new(in_flight_max: usize) -> Rc<CallGate> {
+        Rc::new(CallGate { in_flight: Cell::new(0), in_flight_max })
+    }
+
+    fn enter(self: &Rc<Self>) -> Result<CallPermit, capnp::Error> {
+        let in_flight = self.in_flight.get();
+        if in_flight >= self.in_flight_max {
+            return Err(capnp::Error::overloaded(format!(
+                "more than {} calls in flight on this connection",
+                self.in_flight_max
+            )));
+        }
+        self.in_flight.set(in_flight + 1);
+        Ok(CallPermit(self.clone()))
+    }
+}
+
+impl Drop for CallPermit {
+    fn drop(&mut self) {
+        self.0.in_flight.set(self.0.in_flight.get() - 1);
+    }
+}
+
+/// The bootstrap capability of one connection.
+#[derive(Debug)]
+pub struct BrokerService {
+    node: Arc<Node>,
+    gate: Rc<CallGate>,
+}
+
+impl BrokerService {
+    pub fn new(node: Arc<Node>, gate: Rc<CallGate>) -> BrokerService {
+        BrokerService { node, gate }
+    }
+}
+
+#[derive(Debug)]
+struct AdminService {
+    node: Arc<Node>,
+    gate: Rc<CallGate>,
+}
+
+fn text(reader: capnp::text::Reader<'_>) -> Result<String, capnp::Error> {
+    Ok(reader.to_str()?.to_owned())
+}
+
+fn set_error(builder: error::Builder<'_>, api_error: &ApiError) {
+    let mut builder = builder;
+    builder.set_code(api_error.code.as_u16());
+    builder.set_message(&api_error.message[..]);
+}
+
+fn set_partitions(mut list: capnp::struct_list::Builder<'_, partition_metadata::Owned>, infos: &[PartitionInfo]) {
+    for (index, info) in infos.iter().enumerate() {
+        let mut builder = list.reborrow().get(index as u32);
+        builder.set_partition(info.partition);
+        builder.set_leader(info.leader);
+        builder.set_leader_epoch(info.leader_epoch);
+        let mut replicas = builder.reborrow().init_replicas(info.replicas.len() as u32);
+        for (slot, replica) in info.replicas.iter().enumerate() {
+            replicas.set(slot as u32, *replica);
+        }
+        let mut isr = builder.reborrow().init_isr(info.isr.len() as u32);
+        for (slot, replica) in info.isr.iter().enumerate() {
+            isr.set(slot as u32, *replica);
+        }
+        if let Some(api_error) = &info.error {
+            set_error(builder.init_error(), api_error);
+        }
+    }
+}
+
+fn config_entries(
+    reader: capnp::struct_list::Reader<'_, abi::weir_capnp::config_entry::Owned>,
+) -> Result<Vec<(String, String)>, capnp::Error> {
+    reader.iter().map(|entry| Ok((text(entry.get_key()?)?, text(entry.get_value()?)?))).collect()
+}
+
+impl broker::Server for BrokerService {
+    async fn metadata(
+        self: Rc<Self>,
+        params: broker::MetadataParams,
+        mut results: broker::MetadataResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let names = params.get()?.get_topics()?.iter().map(|name| text(name?)).collect::<Result<Vec<_>, _>>()?;
+        let info = self.node.metadata(&names);
+        let mut metadata = results.get().init_metadata();
+        metadata.set_controller_id(info.controller_id);
+        let mut brokers = metadata.reborrow().init_brokers(info.brokers.len() as u32);
+        for (index, entry) in info.brokers.iter().enumerate() {
+            let mut builder = brokers.reborrow().get(index as u32);
+            builder.set_id(entry.id);
+            builder.set_host(&entry.host[..]);
+            builder.set_port(entry.port);
+        }
+        let mut topics = metadata.init_topics(info.topics.len() as u32);
+        for (index, topic) in info.topics.iter().enumerate() {
+            let mut builder = topics.reborrow().get(index as u32);
+            builder.set_name(&topic.name[..]);
+            set_partitions(builder.reborrow().init_partitions(topic.partitions.len() as u32), &topic.partitions);
+            if let Some(api_error) = &topic.error {
+                set_error(builder.init_error(), api_error);
+            }
+        }
+        Ok(())
+    }
+
+    async fn admin(
+        self: Rc<Self>,
+        _: broker::AdminParams,
+        mut results: broker::AdminResults,
+    ) -> Result<(), capnp::Error> {
+        let service = AdminService { node: self.node.clone(), gate: self.gate.clone() };
+        results.get().set_admin(capnp_rpc::new_client(service));
+        Ok(())
+    }
+
+    async fn produce(
+        self: Rc<Self>,
+        params: broker::ProduceParams,
+        mut results: broker::ProduceResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let request = {
+            let reader = params.get()?.get_request()?;
+            node::ProduceRequest {
+                topic: text(reader.get_topic()?)?,
+                partition: reader.get_partition(),
+                acks: match reader.get_acks()? {
+                    Acks::None => node::Acks::None,
+                    Acks::Leader => node::Acks::Leader,
+                    Acks::All => node::Acks::All,
+                },
+                timeout_ms: reader.get_timeout_ms(),
+                batches: reader.get_batches()?.to_vec(),
+            }
+        };
+        drop(params);
+        let outcome = self.node.produce(request).await;
+        let mut response = results.get().init_response();
+        match outcome {
+            Ok(produced) => {
+                response.set_base_offset(produced.base_offset);
+                response.set_log_start_offset(produced.log_start_offset);
+                response.set_log_append_time_ms(-1);
+            }
+            Err(api_error) => {
+                response.set_base_offset(-1);
+                response.set_log_start_offset(-1);
+                response.set_log_append_time_ms(-1);
+                set_error(response.init_error(), &api_error);
+            }
+        }
+        Ok(())
+    }
+
+    async fn fetch(
+        self: Rc<Self>,
+        params: broker::FetchParams,
+        mut results: broker::FetchResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let (topic, request) = {
+            let reader = params.get()?.get_request()?;
+            let topic = text(reader.get_topic()?)?;
+            (topic, reader)
+        };
+        let fetch = node::FetchRequest {
+            topic: &topic,
+            partition: request.get_partition(),
+            offset: request.get_offset(),
+            max_bytes: request.get_max_bytes(),
+            min_bytes: request.get_min_bytes(),
+            max_wait_ms: request.get_max_wait_ms(),
+        };
+        let outcome = self.node.fetch(fetch).await;
+        let mut response = results.get().init_response();
+        match outcome {
+            Ok(fetched) => {
+                response.set_batches(&fetched.batches);
+                response.set_high_watermark(fetched.high_watermark);
+                response.set_log_start_offset(fetched.log_start_offset);
+            }
+            Err(api_error) => {
+                response.set_high_watermark(-1);
+                response.set_log_start_offset(-1);
+                set_error(response.init_error(), &api_error);
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_offset(
+        self: Rc<Self>,
+        params: broker::ListOffsetParams,
+        mut results: broker::ListOffsetResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let params = params.get()?;
+        let query = match params.get_query()?.which()? {
+            offset_query::Earliest(()) => OffsetQuery::Earliest,
+            offset_query::Latest(()) => OffsetQuery::Latest,
+            offset_query::TimestampMs(timestamp_ms) => OffsetQuery::Timestamp(timestamp_ms),
+        };
+        let topic = text(params.get_topic()?)?;
+        let mut builder = results.get();
+        match self.node.list_offset(&topic, params.get_partition(), query) {
+            Ok((offset, timestamp_ms)) => {
+                builder.set_offset(offset);
+                builder.set_timestamp_ms(timestamp_ms);
+            }
+            Err(api_error) => {
+                builder.set_offset(-1);
+                builder.set_timestamp_ms(-1);
+                set_error(builder.init_error(), &api_error);
+            }
+        }
+        Ok(())
+    }
+
+    async fn init_producer_id(
+        self: Rc<Self>,
+        _: broker::InitProducerIdParams,
+        mut results: broker::InitProducerIdResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let builder = results.get();
+        match self.node.init_producer_id() {
+            Ok((producer_id, producer_epoch)) => {
+                let mut id = builder.init_id();
+                id.set_producer_id(producer_id);
+                id.set_producer_epoch(producer_epoch);
+            }
+            Err(api_error) => set_error(builder.init_error(), &api_error),
+        }
+        Ok(())
+    }
+}
+
+impl admin::Server for AdminService {
+    async fn create_topic(
+        self: Rc<Self>,
+        params: admin::CreateTopicParams,
+        mut results: admin::CreateTopicResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let spec = params.get()?.get_spec()?;
+        let configs = config_entries(spec.get_configs()?)?;
+        let name = text(spec.get_name()?)?;
+        let outcome =
+            self.node.create_topic(&name, spec.get_partition_count(), spec.get_replication_factor(), &configs);
+        if let Err(api_error) = outcome {
+            set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
+    async fn delete_topic(
+        self: Rc<Self>,
+        params: admin::DeleteTopicParams,
+        mut results: admin::DeleteTopicResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let name = text(params.get()?.get_name()?)?;
+        if let Err(api_error) = self.node.delete_topic(&name) {
+            set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
+    async fn list_topics(
+        self: Rc<Self>,
+        _: admin::ListTopicsParams,
+        mut results: admin::ListTopicsResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let names = self.node.list_topics();
+        let mut list = results.get().init_names(names.len() as u32);
+        for (index, name) in names.iter().enumerate() {
+            list.set(index as u32, &name[..]);
+        }
+        Ok(())
+    }
+
+    async fn describe_topic(
+        self: Rc<Self>,
+        params: admin::DescribeTopicParams,
+        mut results: admin::DescribeTopicResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let name = text(params.get()?.get_name()?)?;
+        match self.node.describe_topic(&name) {
+            Ok(description) => {
+                let mut builder = results.get().init_description();
+                builder.set_name(&description.name[..]);
+                set_partitions(
+                    builder.reborrow().init_partitions(description.partitions.len() as u32),
+                    &description.partitions,
+                );
+                let mut configs = builder.init_configs(description.configs.len() as u32);
+                for (index, (key, value)) in description.configs.iter().enumerate() {
+                    let mut entry = configs.reborrow().get(index as u32);
+                    entry.set_key(&key[..]);
+                    entry.set_value(&value[..]);
+                }
+            }
+            Err(api_error) => set_error(results.get().init_error(), &api_error),
+        }
+        Ok(())
+    }
+
+    async fn alter_topic_config(
+        self: Rc<Self>,
+        params: admin::AlterTopicConfigParams,
+        mut results: admin::AlterTopicConfigResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let params = params.get()?;
+        let name = text(params.get_name()?)?;
+        let configs = config_entries(params.get_configs()?)?;
+        if let Err(api_error) = self.node.alter_topic_config(&name, &configs) {
+            set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+}

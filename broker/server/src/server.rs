@@ -1,0 +1,198 @@
+//! [`Server`]: the listening broker — accepts TCP connections and serves each one
+//! with Cap'n Proto RPC on one of a few `LocalSet` threads.
+//!
+//! Shape (mini-redis): [`Server::bind`] opens the data directory and binds the
+//! listener; [`Server::serve`] runs the accept loop until `shutdown` resolves, then
+//! stops the connection threads and closes every partition cleanly. [`run`] does
+//! both.
+//!
+//! Threads: the accept loop runs on the caller's tokio runtime; `rpc_threads`
+//! threads each own a current-thread runtime and a `LocalSet` (capnp-rpc is
+//! `!Send`) and take connections round-robin. Broker state crosses threads only as
+//! `Arc<Node>`.
+//!
+//! Bounds: at most `connections_max` connections (more are closed at once, with a
+//! warning); per connection, `in_flight_calls_max` calls (see `rpc.rs`); every
+//! incoming message is limited to `request_bytes_max` bytes and `nesting_limit`
+//! levels by capnp's reader options — a message past them closes its connection,
+//! nobody else notices.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use abi::weir_capnp::broker;
+use capnp_rpc::{rpc_twoparty_capnp, twoparty, RpcSystem};
+use futures::io::{BufReader, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+use crate::config::{BrokerConfig, Limits};
+use crate::node::{Node, NodeError};
+use crate::rpc::{BrokerService, CallGate};
+
+/// Socket buffer between the kernel and capnp's message reader/writer.
+const SOCKET_BUFFER_BYTES: usize = 256 * 1024;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error("cannot start a connection thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// A bound, not yet serving broker.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    node: Arc<Node>,
+    limits: Limits,
+    rpc_threads: usize,
+}
+
+/// A connection on its way to a connection thread, with its slot.
+type Accepted = (TcpStream, OwnedSemaphorePermit);
+
+/// Binds, serves until `shutdown`, shuts down cleanly.
+pub async fn run(config: BrokerConfig, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    let server = Server::bind(config).await?;
+    tracing::info!(address = %server.local_addr(), "listening");
+    server.serve(shutdown).await
+}
+
+impl Server {
+    /// Binds `config.listen` and opens the data directory.
+    pub async fn bind(config: BrokerConfig) -> Result<Server, ServerError> {
+        let listener = TcpListener::bind(&config.listen)
+            .await
+            .map_err(|source| ServerError::Bind { address: config.listen.clone(), source })?;
+        let local_addr =
+            listener.local_addr().map_err(|source| ServerError::Bind { address: config.listen.clone(), source })?;
+        let mut node = Node::open(&config)?;
+        if config.advertised_listener.is_none() {
+            node.set_advertised(local_addr.ip().to_string(), local_addr.port());
+        }
+        Ok(Server { listener, node: Arc::new(node), limits: config.limits.clone(), rpc_threads: config.rpc_threads })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// The broker's state (tests and embedding).
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    /// Accepts connections until `shutdown` resolves, then closes every connection
+    /// and every partition.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+        let (stop, stopped) = watch::channel(false);
+        let mut senders = Vec::new();
+        let mut threads = Vec::new();
+        for index in 0..self.rpc_threads.max(1) {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            let thread =
+                spawn_connection_thread(index, self.node.clone(), self.limits.clone(), receiver, stopped.clone())?;
+            senders.push(sender);
+            threads.push(thread);
+        }
+        let connection_slots = Arc::new(Semaphore::new(self.limits.connections_max));
+        let mut next_thread = 0;
+        tokio::pin!(shutdown);
+        loop {
+            let accepted = tokio::select! {
+                () = &mut shutdown => break,
+                accepted = self.listener.accept() => accepted,
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = connection_slots.clone().try_acquire_owned() else {
+                tracing::warn!(%peer, connections_max = self.limits.connections_max, "too many connections; closing");
+                continue;
+            };
+            tracing::debug!(%peer, "connection accepted");
+            let _ = senders[next_thread].send((stream, permit));
+            next_thread = (next_thread + 1) % senders.len();
+        }
+        tracing::info!("shutting down");
+        let _ = stop.send(true);
+        drop(senders);
+        for thread in threads {
+            let _ = thread.join();
+        }
+        self.node.shutdown();
+        tracing::info!("stopped cleanly");
+        Ok(())
+    }
+}
+
+fn spawn_connection_thread(
+    index: usize,
+    node: Arc<Node>,
+    limits: Limits,
+    mut connections: mpsc::UnboundedReceiver<Accepted>,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, ServerError> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ServerError::Thread)?;
+    std::thread::Builder::new()
+        .name(format!("weir-rpc-{index}"))
+        .spawn(move || {
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&runtime, async move {
+                loop {
+                    tokio::select! {
+                        _ = stopped.wait_for(|stopped| *stopped) => break,
+                        accepted = connections.recv() => match accepted {
+                            Some((stream, permit)) => {
+                                tokio::task::spawn_local(serve_connection(stream, permit, node.clone(), limits.clone()));
+                            }
+                            None => break,
+                        },
+                    }
+                }
+            });
+        })
+        .map_err(ServerError::Thread)
+}
+
+/// Runs one connection's RPC system until the peer goes away or breaks a limit.
+async fn serve_connection(stream: TcpStream, permit: OwnedSemaphorePermit, node: Arc<Node>, limits: Limits) {
+    let peer = stream.peer_addr().ok();
+    let _ = stream.set_nodelay(true);
+    let (reader, writer) = stream.into_split();
+    let mut options = capnp::message::ReaderOptions::new();
+    options.traversal_limit_in_words(Some(limits.request_bytes_max / 8)).nesting_limit(limits.nesting_limit);
+    let network = twoparty::VatNetwork::new(
+        BufReader::with_capacity(SOCKET_BUFFER_BYTES, reader.compat()),
+        BufWriter::with_capacity(SOCKET_BUFFER_BYTES, writer.compat_write()),
+        rpc_twoparty_capnp::Side::Server,
+        options,
+    );
+    let service = BrokerService::new(node, CallGate::new(limits.in_flight_calls_max));
+    let bootstrap: broker::Client = capnp_rpc::new_client(service);
+    let rpc = RpcSystem::new(Box::new(network), Some(bootstrap.client));
+    match rpc.await {
+        Ok(()) => tracing::debug!(?peer, "connection closed"),
+        Err(error) => tracing::info!(?peer, %error, "connection closed after a protocol error"),
+    }
+    drop(permit);
+}

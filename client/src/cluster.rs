@@ -1,0 +1,242 @@
+//! [`Cluster`]: the client's view of the brokers — a metadata cache (which broker
+//! leads which partition) and one [`Connection`] per broker address.
+//!
+//! Producers and consumers ask `Cluster` for a partition's leader connection; after
+//! a retriable error they call [`Cluster::refresh`] and ask again, so requests
+//! always go straight to the leader (no routing tier). Metadata is fetched from
+//! any reachable broker, trying the bootstrap list in order. Broken connections
+//! are replaced on next use.
+//!
+//! Shared by every producer, consumer and admin built from one set of settings;
+//! `Send + Sync`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use abi::weir_capnp::{broker, partition_metadata};
+use abi::ErrorCode;
+
+use crate::connection::Connection;
+use crate::error::{broker_error, ClientError};
+
+/// One partition as the metadata describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionInfo {
+    pub partition: i32,
+    /// Broker id of the leader; -1 when there is none.
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// Set when the partition cannot serve (e.g. an offline log).
+    pub error: Option<ClientError>,
+}
+
+/// A broker as the metadata describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+}
+
+impl BrokerInfo {
+    pub fn address(&self) -> String {
+        match self.host.contains(':') {
+            true => format!("[{}]:{}", self.host, self.port),
+            false => format!("{}:{}", self.host, self.port),
+        }
+    }
+}
+
+/// A topic's partitions, by partition number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub name: String,
+    pub partitions: Vec<PartitionInfo>,
+}
+
+#[derive(Debug, Default)]
+struct Cache {
+    brokers: HashMap<i32, BrokerInfo>,
+    topics: HashMap<String, Arc<TopicInfo>>,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct Cluster {
+    bootstrap: Vec<String>,
+    connect_timeout: Duration,
+    cache: Mutex<Cache>,
+    connections: tokio::sync::Mutex<HashMap<String, Connection>>,
+}
+
+impl Cluster {
+    /// A cluster reached through `bootstrap_servers` (`host:port[,host:port…]`).
+    pub fn new(bootstrap_servers: &str, connect_timeout: Duration) -> Result<Arc<Cluster>, ClientError> {
+        let bootstrap: Vec<String> =
+            bootstrap_servers.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+        let mut problems = Vec::new();
+        if bootstrap.is_empty() {
+            problems.push("bootstrap.servers is empty".to_owned());
+        }
+        for address in &bootstrap {
+            let port_ok =
+                address.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !port_ok {
+                problems.push(format!("bootstrap server {address:?} is not host:port"));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ClientError::InvalidConfig { problems });
+        }
+        Ok(Arc::new(Cluster {
+            bootstrap,
+            connect_timeout,
+            cache: Mutex::new(Cache::default()),
+            connections: tokio::sync::Mutex::new(HashMap::new()),
+        }))
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A live connection to `address`, made on first use and after a break.
+    pub async fn connection(&self, address: &str) -> Result<Connection, ClientError> {
+        let mut connections = self.connections.lock().await;
+        if let Some(connection) = connections.get(address).filter(|connection| !connection.is_broken()) {
+            return Ok(connection.clone());
+        }
+        let connection = Connection::connect(address, self.connect_timeout).await?;
+        connections.insert(address.to_owned(), connection.clone());
+        Ok(connection)
+    }
+
+    /// A connection to any broker: known brokers first, then the bootstrap list.
+    pub async fn any_connection(&self) -> Result<Connection, ClientError> {
+        let mut candidates: Vec<String> = self.cache().brokers.values().map(BrokerInfo::address).collect();
+        candidates.sort();
+        candidates.extend(self.bootstrap.iter().cloned());
+        let mut last_error = None;
+        for address in candidates {
+            match self.connection(&address).await {
+                Ok(connection) => return Ok(connection),
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.unwrap_or(ClientError::InvalidConfig { problems: vec!["no brokers".to_owned()] }))
+    }
+
+    /// Fetches metadata for `topics` (every topic when empty) and updates the cache.
+    /// Returns the topics found; unknown ones are left out of the cache.
+    pub async fn refresh(&self, topics: &[String]) -> Result<Vec<Arc<TopicInfo>>, ClientError> {
+        let connection = self.any_connection().await?;
+        let address = connection.address().to_owned();
+        let names = topics.to_vec();
+        let (brokers, found, missing) = connection
+            .call(move |client: broker::Client| async move {
+                let mut request = client.metadata_request();
+                let mut list = request.get().init_topics(names.len() as u32);
+                for (index, name) in names.iter().enumerate() {
+                    list.set(index as u32, &name[..]);
+                }
+                let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+                let metadata = response.get()?.get_metadata()?;
+                let brokers = metadata
+                    .get_brokers()?
+                    .iter()
+                    .map(|broker| {
+                        Ok(BrokerInfo {
+                            id: broker.get_id(),
+                            host: broker.get_host()?.to_str()?.to_owned(),
+                            port: broker.get_port(),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, ClientError>>()?;
+                let mut found = Vec::new();
+                let mut missing = Vec::new();
+                for topic in metadata.get_topics()? {
+                    let name = topic.get_name()?.to_str()?.to_owned();
+                    if topic.has_error() {
+                        missing.push((name, broker_error(topic.get_error()?)));
+                        continue;
+                    }
+                    let partitions =
+                        topic.get_partitions()?.iter().map(read_partition_metadata).collect::<Result<_, _>>()?;
+                    found.push(TopicInfo { name, partitions });
+                }
+                Ok((brokers, found, missing))
+            })
+            .await?;
+        let found: Vec<Arc<TopicInfo>> = found.into_iter().map(Arc::new).collect();
+        let mut cache = self.cache();
+        cache.brokers = brokers.into_iter().map(|broker| (broker.id, broker)).collect();
+        if topics.is_empty() {
+            cache.topics.clear();
+        }
+        for (name, _) in &missing {
+            cache.topics.remove(name);
+        }
+        for topic in &found {
+            cache.topics.insert(topic.name.clone(), topic.clone());
+        }
+        Ok(found)
+    }
+
+    /// The cached metadata of `topic`, fetched when not cached. Fails with
+    /// `UnknownTopicOrPartition` when the broker does not know it.
+    pub async fn topic(&self, topic: &str) -> Result<Arc<TopicInfo>, ClientError> {
+        if let Some(info) = self.cache().topics.get(topic).cloned() {
+            return Ok(info);
+        }
+        let found = self.refresh(&[topic.to_owned()]).await?;
+        found.into_iter().find(|info| info.name == topic).ok_or_else(|| {
+            ClientError::broker(ErrorCode::UnknownTopicOrPartition, format!("topic {topic:?} does not exist"))
+        })
+    }
+
+    /// The brokers in the last metadata answer, by id.
+    pub fn brokers(&self) -> Vec<BrokerInfo> {
+        let mut brokers: Vec<BrokerInfo> = self.cache().brokers.values().cloned().collect();
+        brokers.sort_by_key(|broker| broker.id);
+        brokers
+    }
+
+    /// Forgets `topic`'s cached metadata (after a leader or existence error).
+    pub fn invalidate(&self, topic: &str) {
+        self.cache().topics.remove(topic);
+    }
+
+    /// A connection to the leader of `topic`/`partition`.
+    pub async fn leader(&self, topic: &str, partition: i32) -> Result<Connection, ClientError> {
+        let info = self.topic(topic).await?;
+        let Some(partition_info) = usize::try_from(partition).ok().and_then(|index| info.partitions.get(index)) else {
+            let message = format!("topic {topic:?} has no partition {partition} (it has {})", info.partitions.len());
+            return Err(ClientError::broker(ErrorCode::UnknownTopicOrPartition, message));
+        };
+        if let Some(error) = &partition_info.error {
+            return Err(error.clone());
+        }
+        let address = self.cache().brokers.get(&partition_info.leader).map(BrokerInfo::address);
+        match address {
+            Some(address) => self.connection(&address).await,
+            None => {
+                let message = format!("{topic}-{partition} has no live leader (leader id {})", partition_info.leader);
+                Err(ClientError::broker(ErrorCode::NotLeaderOrFollower, message))
+            }
+        }
+    }
+}
+
+pub(crate) fn read_partition_metadata(reader: partition_metadata::Reader<'_>) -> Result<PartitionInfo, ClientError> {
+    Ok(PartitionInfo {
+        partition: reader.get_partition(),
+        leader: reader.get_leader(),
+        leader_epoch: reader.get_leader_epoch(),
+        replicas: reader.get_replicas()?.iter().collect(),
+        isr: reader.get_isr()?.iter().collect(),
+        error: if reader.has_error() { Some(broker_error(reader.get_error()?)) } else { None },
+    })
+}

@@ -1,0 +1,485 @@
+//! [`Producer`]: batches records per partition and sends each batch to the
+//! partition's leader, with retries and (by default) idempotence.
+//!
+//! The algorithm:
+//! 1. `send` picks the partition (explicit; murmur2 of the key, as Kafka's Java
+//!    client does; or round-robin per batch for records without a key), waits
+//!    while more than `buffer_bytes_max` is unacknowledged, and appends the record
+//!    to the partition's open batch — encoded at once ([`BatchWriter`]), so a
+//!    record is copied once. It returns a [`DeliveryFuture`].
+//! 2. A batch closes when the next record would pass `batch_bytes_max`, when it
+//!    is `linger` old, or on `flush`/`close`.
+//! 3. The sender task sends the oldest closed batch of each partition, one batch
+//!    in flight per partition, so per-partition order holds even across retries.
+//!    Only then is the batch's base sequence assigned (idempotence) and the
+//!    batch sealed (compression, CRC).
+//! 4. A retriable failure (lost connection, leader moved, timeout) refreshes the
+//!    metadata and retries the *same bytes* with backoff until
+//!    `delivery_timeout`; the broker's producer table turns a retry of a batch it
+//!    already appended into its original offsets, so retries never duplicate.
+//!    A final failure fails every record of the batch and gives its sequence
+//!    numbers back, so the next batch does not leave a gap.
+//!
+//! Bounds: `buffer_bytes_max` of unacknowledged records; one request in flight
+//! per partition. The sender runs on the tokio runtime that created the producer.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use abi::batch::{BatchWriter, ProducerFields};
+use abi::weir_capnp::{broker, Acks as WireAcks};
+use abi::ErrorCode;
+use tokio::sync::{watch, Notify, OnceCell};
+use tokio::time::Instant;
+
+use crate::cluster::Cluster;
+use crate::config::{Acks, ProducerConfig};
+use crate::error::{broker_error, ClientError};
+use crate::partitioner::partition_for_key;
+use crate::record::{ProducerRecord, RecordMetadata};
+
+type TopicPartition = (Arc<str>, i32);
+/// Outcome of one batch: its base offset, or why it failed.
+type BatchOutcome = Option<Result<i64, ClientError>>;
+
+/// Sends records; see the module docs. Cheap to clone (clones share one sender).
+#[derive(Clone, Debug)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: ProducerConfig,
+    cluster: Arc<Cluster>,
+    state: Mutex<State>,
+    /// Wakes the sender: a batch was opened or closed, or a request finished.
+    wake: Notify,
+    /// Wakes `send`s waiting for buffer space.
+    space: Notify,
+    producer_id: OnceCell<(i64, i16)>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    queues: HashMap<TopicPartition, PartitionQueue>,
+    /// Round-robin position per topic for records without a key, and the batch
+    /// that position was chosen for.
+    sticky: HashMap<Arc<str>, (i32, u64)>,
+    buffered_bytes: usize,
+    next_batch_id: u64,
+    /// Close every open batch now (flush or close).
+    drain_all: bool,
+    closed: bool,
+}
+
+#[derive(Debug, Default)]
+struct PartitionQueue {
+    open: Option<Batch>,
+    ready: VecDeque<Batch>,
+    in_flight: bool,
+    next_sequence: i32,
+}
+
+#[derive(Debug)]
+struct Batch {
+    id: u64,
+    writer: BatchWriter,
+    created: Instant,
+    buffered_bytes: usize,
+    outcome: watch::Sender<BatchOutcome>,
+}
+
+/// Resolves to the record's [`RecordMetadata`] once its batch is acknowledged
+/// (`.await` it), or to the batch's error.
+#[derive(Debug)]
+pub struct DeliveryFuture {
+    outcome: watch::Receiver<BatchOutcome>,
+    topic: Arc<str>,
+    partition: i32,
+    offset_delta: i64,
+    timestamp_ms: i64,
+}
+
+impl DeliveryFuture {
+    /// Waits for the acknowledgement.
+    pub async fn wait(mut self) -> Result<RecordMetadata, ClientError> {
+        let outcome = self.outcome.wait_for(Option::is_some).await.map_err(|_| ClientError::Closed)?.clone();
+        let base_offset = outcome.ok_or(ClientError::Closed)??;
+        let offset = if base_offset < 0 { -1 } else { base_offset + self.offset_delta };
+        Ok(RecordMetadata { topic: self.topic, partition: self.partition, offset, timestamp_ms: self.timestamp_ms })
+    }
+}
+
+impl IntoFuture for DeliveryFuture {
+    type Output = Result<RecordMetadata, ClientError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.wait())
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+impl Producer {
+    /// A producer for the cluster in `config`. Must be called inside a tokio
+    /// runtime (the sender task runs there); connects on first use.
+    pub fn new(config: ProducerConfig) -> Result<Producer, ClientError> {
+        let cluster = Cluster::new(&config.common.bootstrap_servers, config.common.connect_timeout)?;
+        Producer::with_cluster(config, cluster)
+    }
+
+    /// A producer sharing `cluster` (its metadata and connections) with others.
+    pub fn with_cluster(config: ProducerConfig, cluster: Arc<Cluster>) -> Result<Producer, ClientError> {
+        let inner = Arc::new(Inner {
+            config,
+            cluster,
+            state: Mutex::new(State::default()),
+            wake: Notify::new(),
+            space: Notify::new(),
+            producer_id: OnceCell::new(),
+        });
+        tokio::spawn(run_sender(inner.clone()));
+        Ok(Producer { inner })
+    }
+
+    /// Queues `record` and returns a future of its acknowledgement. Waits (only)
+    /// while the buffer is full. Fails at once for an unknown topic or partition
+    /// and for a record bigger than the whole buffer.
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
+        let inner = &self.inner;
+        let topic = inner.cluster.topic(&record.topic).await?;
+        let partition_count = topic.partitions.len() as i32;
+        if let Some(partition) = record.partition.filter(|partition| *partition < 0 || *partition >= partition_count) {
+            let message = format!("topic {:?} has no partition {partition} (it has {partition_count})", record.topic);
+            return Err(ClientError::broker(ErrorCode::UnknownTopicOrPartition, message));
+        }
+        let headers: Vec<(&str, Option<&[u8]>)> =
+            record.headers.iter().map(|(key, value)| (key.as_str(), value.as_deref())).collect();
+        let size_bytes = BatchWriter::record_size_bytes(record.key.as_deref(), record.value.as_deref(), &headers);
+        if size_bytes > inner.config.buffer_bytes_max {
+            let message =
+                format!("record of {size_bytes} bytes exceeds buffer.memory {}", inner.config.buffer_bytes_max);
+            return Err(ClientError::broker(ErrorCode::MessageTooLarge, message));
+        }
+        self.wait_for_space(size_bytes).await?;
+        let timestamp_ms = record.timestamp_ms.unwrap_or_else(now_ms);
+        let topic_name: Arc<str> = topic.name.as_str().into();
+        let mut state = inner.lock();
+        if state.closed {
+            return Err(ClientError::Closed);
+        }
+        let partition = match (record.partition, &record.key) {
+            (Some(partition), _) => partition,
+            (None, Some(key)) => partition_for_key(key, partition_count as u32) as i32,
+            (None, None) => state.round_robin(&topic_name, partition_count),
+        };
+        let batch_bytes_max = inner.config.batch_bytes_max;
+        let state = &mut *state;
+        let next_batch_id = &mut state.next_batch_id;
+        let queue = state.queues.entry((topic_name.clone(), partition)).or_default();
+        let mut wake = false;
+        if queue.open.as_ref().is_some_and(|open| open.writer.size_bytes() + size_bytes > batch_bytes_max) {
+            queue.ready.extend(queue.open.take());
+            wake = true;
+        }
+        let batch = queue.open.get_or_insert_with(|| {
+            wake = true;
+            *next_batch_id += 1;
+            Batch {
+                id: *next_batch_id,
+                writer: BatchWriter::new(timestamp_ms, batch_bytes_max.min(256 * 1024)),
+                created: Instant::now(),
+                buffered_bytes: 0,
+                outcome: watch::channel(None).0,
+            }
+        });
+        let offset_delta = batch.writer.record_count() as i64;
+        batch.writer.push(timestamp_ms, record.key.as_deref(), record.value.as_deref(), &headers);
+        batch.buffered_bytes += size_bytes;
+        let outcome = batch.outcome.subscribe();
+        if batch.writer.size_bytes() >= batch_bytes_max {
+            queue.ready.extend(queue.open.take());
+            wake = true;
+        }
+        state.buffered_bytes += size_bytes;
+        if wake {
+            inner.wake.notify_one();
+        }
+        Ok(DeliveryFuture { outcome, topic: topic_name, partition, offset_delta, timestamp_ms })
+    }
+
+    async fn wait_for_space(&self, size_bytes: usize) -> Result<(), ClientError> {
+        let inner = &self.inner;
+        loop {
+            let freed = inner.space.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let state = inner.lock();
+                if state.closed {
+                    return Err(ClientError::Closed);
+                }
+                if state.buffered_bytes == 0 || state.buffered_bytes + size_bytes <= inner.config.buffer_bytes_max {
+                    return Ok(());
+                }
+            }
+            freed.await;
+        }
+    }
+
+    /// Sends every buffered record now and waits until each is acknowledged or
+    /// failed (failures are reported through their [`DeliveryFuture`]s).
+    pub async fn flush(&self) {
+        let mut outcomes = Vec::new();
+        {
+            let mut state = self.inner.lock();
+            state.drain_all = true;
+            for queue in state.queues.values() {
+                outcomes.extend(queue.open.iter().chain(queue.ready.iter()).map(|batch| batch.outcome.subscribe()));
+            }
+        }
+        self.inner.wake.notify_one();
+        for mut outcome in outcomes {
+            let _ = outcome.wait_for(Option::is_some).await;
+        }
+        // In-flight batches were not in the queues; wait until none is left.
+        loop {
+            let freed = self.inner.space.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if self.inner.lock().buffered_bytes == 0 {
+                break;
+            }
+            freed.await;
+        }
+        self.inner.lock().drain_all = false;
+    }
+
+    /// Flushes, then stops the sender; later `send`s fail with `Closed`.
+    pub async fn close(&self) {
+        self.flush().await;
+        self.inner.lock().closed = true;
+        self.inner.wake.notify_one();
+        self.inner.space.notify_waiters();
+    }
+}
+
+impl State {
+    /// The partition for a record without a key: the same one until its batch
+    /// closes, then the next (Kafka's "sticky" spreading, in round-robin order).
+    fn round_robin(&mut self, topic: &Arc<str>, partition_count: i32) -> i32 {
+        let current = self.sticky.get(topic).copied();
+        if let Some((partition, batch_id)) = current {
+            let open_id =
+                self.queues.get(&(topic.clone(), partition)).and_then(|queue| queue.open.as_ref()).map(|b| b.id);
+            if open_id == Some(batch_id) {
+                return partition;
+            }
+        }
+        let partition = current.map_or(0, |(partition, _)| (partition + 1) % partition_count.max(1));
+        // Stick to the partition's open batch, or to the one the caller opens next.
+        let open_id = self.queues.get(&(topic.clone(), partition)).and_then(|queue| queue.open.as_ref()).map(|b| b.id);
+        let batch_id = open_id.unwrap_or(self.next_batch_id + 1);
+        self.sticky.insert(topic.clone(), (partition, batch_id));
+        partition
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Closes due batches and takes the next batch of every idle partition.
+    /// Returns them with their base sequences, and when to look again.
+    fn take_sendable(&self, now: Instant) -> (Vec<(TopicPartition, Batch, i32)>, Option<Instant>) {
+        let linger = self.config.linger;
+        let idempotent = self.idempotent();
+        let mut state = self.lock();
+        let drain_all = state.drain_all || state.closed;
+        let mut sendable = Vec::new();
+        let mut next_due: Option<Instant> = None;
+        for (topic_partition, queue) in state.queues.iter_mut() {
+            if let Some(open) = &queue.open {
+                let due = open.created + linger;
+                if drain_all || due <= now {
+                    queue.ready.extend(queue.open.take());
+                } else {
+                    next_due = Some(next_due.map_or(due, |next| next.min(due)));
+                }
+            }
+            if queue.in_flight {
+                continue;
+            }
+            if let Some(batch) = queue.ready.pop_front() {
+                queue.in_flight = true;
+                let base_sequence = queue.next_sequence;
+                if idempotent {
+                    queue.next_sequence = wrapping_sequence(base_sequence, batch.writer.record_count() as i32);
+                }
+                sendable.push((topic_partition.clone(), batch, base_sequence));
+            }
+        }
+        (sendable, next_due)
+    }
+
+    fn idempotent(&self) -> bool {
+        self.config.idempotence && self.config.acks != Acks::None
+    }
+
+    fn is_idle(&self) -> bool {
+        let state = self.lock();
+        state.queues.values().all(|queue| queue.open.is_none() && queue.ready.is_empty() && !queue.in_flight)
+    }
+
+    /// Ends a batch's request: frees its buffer space, marks the partition idle.
+    fn finish_batch(&self, topic_partition: &TopicPartition, buffered_bytes: usize, rollback_sequence: Option<i32>) {
+        {
+            let mut state = self.lock();
+            state.buffered_bytes -= buffered_bytes;
+            if let Some(queue) = state.queues.get_mut(topic_partition) {
+                queue.in_flight = false;
+                if let Some(sequence) = rollback_sequence {
+                    queue.next_sequence = sequence;
+                }
+            }
+        }
+        self.wake.notify_one();
+        self.space.notify_waiters();
+    }
+
+    async fn producer_fields(&self, base_sequence: i32) -> Result<ProducerFields, ClientError> {
+        if !self.idempotent() {
+            return Ok(ProducerFields::NONE);
+        }
+        let (producer_id, producer_epoch) = *self.producer_id.get_or_try_init(|| self.init_producer_id()).await?;
+        Ok(ProducerFields { producer_id, producer_epoch, base_sequence })
+    }
+
+    async fn init_producer_id(&self) -> Result<(i64, i16), ClientError> {
+        let connection = self.cluster.any_connection().await?;
+        let address = connection.address().to_owned();
+        connection
+            .call(move |client: broker::Client| async move {
+                let response = client
+                    .init_producer_id_request()
+                    .send()
+                    .promise
+                    .await
+                    .map_err(|error| ClientError::from_rpc(&address, error))?;
+                let response = response.get()?;
+                if response.has_error() {
+                    return Err(broker_error(response.get_error()?));
+                }
+                let id = response.get_id()?;
+                Ok((id.get_producer_id(), id.get_producer_epoch()))
+            })
+            .await
+    }
+
+    /// One produce request for `bytes` to the leader; returns the base offset.
+    async fn produce_once(&self, topic_partition: &TopicPartition, bytes: &Arc<Vec<u8>>) -> Result<i64, ClientError> {
+        let (topic, partition) = topic_partition.clone();
+        let connection = self.cluster.leader(&topic, partition).await?;
+        let address = connection.address().to_owned();
+        let acks = match self.config.acks {
+            Acks::None => WireAcks::None,
+            Acks::Leader => WireAcks::Leader,
+            Acks::All => WireAcks::All,
+        };
+        let timeout = self.config.common.request_timeout;
+        let bytes = bytes.clone();
+        let call = connection.call(move |client: broker::Client| async move {
+            let mut request = client.produce_request();
+            let mut builder = request.get().init_request();
+            builder.set_topic(&topic[..]);
+            builder.set_partition(partition);
+            builder.set_acks(acks);
+            builder.set_timeout_ms(timeout.as_millis().min(u32::MAX as u128) as u32);
+            builder.set_batches(&bytes);
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?.get_response()?;
+            if response.has_error() {
+                return Err(broker_error(response.get_error()?));
+            }
+            Ok(response.get_base_offset())
+        });
+        match tokio::time::timeout(timeout + Duration::from_secs(1), call).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(ClientError::Timeout { operation: "produce", timeout_ms: timeout.as_millis() as u64 }),
+        }
+    }
+}
+
+fn wrapping_sequence(sequence: i32, delta: i32) -> i32 {
+    ((sequence as i64 + delta as i64) % (i32::MAX as i64 + 1)) as i32
+}
+
+async fn run_sender(inner: Arc<Inner>) {
+    loop {
+        let woken = inner.wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let (sendable, next_due) = inner.take_sendable(Instant::now());
+        for (topic_partition, batch, base_sequence) in sendable {
+            tokio::spawn(send_batch(inner.clone(), topic_partition, batch, base_sequence));
+        }
+        if inner.lock().closed && inner.is_idle() {
+            return;
+        }
+        match next_due {
+            Some(due) => {
+                tokio::select! {
+                    () = &mut woken => {}
+                    () = tokio::time::sleep_until(due) => {}
+                }
+            }
+            None => woken.await,
+        }
+    }
+}
+
+/// Seals and sends one batch, retrying as the module docs describe.
+async fn send_batch(inner: Arc<Inner>, topic_partition: TopicPartition, batch: Batch, base_sequence: i32) {
+    let Batch { writer, created, buffered_bytes, outcome: outcome_sender, .. } = batch;
+    let outcome = deliver(&inner, &topic_partition, writer, created, base_sequence).await;
+    let rollback = match &outcome {
+        Err(_) if inner.idempotent() => Some(base_sequence),
+        _ => None,
+    };
+    outcome_sender.send_replace(Some(outcome));
+    inner.finish_batch(&topic_partition, buffered_bytes, rollback);
+}
+
+async fn deliver(
+    inner: &Inner,
+    topic_partition: &TopicPartition,
+    writer: BatchWriter,
+    created: Instant,
+    base_sequence: i32,
+) -> Result<i64, ClientError> {
+    let fields = inner.producer_fields(base_sequence).await?;
+    let sealed = writer.finish(fields, inner.config.compression);
+    let bytes = Arc::new(sealed.map_err(|error| ClientError::InvalidArgument(error.to_string()))?);
+    let deadline = created + inner.config.delivery_timeout;
+    let mut backoff = inner.config.common.retry_backoff;
+    loop {
+        match inner.produce_once(topic_partition, &bytes).await {
+            Ok(base_offset) => return Ok(base_offset),
+            Err(error) if error.is_retriable() && Instant::now() + backoff < deadline => {
+                tracing::debug!(topic = %topic_partition.0, partition = topic_partition.1, %error, "retrying produce");
+                inner.cluster.invalidate(&topic_partition.0);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(inner.config.common.retry_backoff_max);
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
