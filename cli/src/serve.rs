@@ -1,43 +1,61 @@
-//! `weir serve`: opens the data directory, keeps partitions recovered, retained and
-//! flushed, and shuts down cleanly on Ctrl-C or SIGTERM.
+//! `weir serve`: loads the broker config (defaults < file < env < flags), runs the
+//! broker until Ctrl-C or SIGTERM, then shuts down cleanly.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use broker::{LogDir, LogDirConfig};
+use broker::{BrokerConfig, ConfigOverrides};
 use tracing_subscriber::EnvFilter;
 
-pub fn run(data_dir: PathBuf, retention_check_interval_ms: u64) -> anyhow::Result<()> {
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// A TOML config file (unknown keys are errors).
+    #[arg(long, env = "WEIR_CONFIG")]
+    config: Option<PathBuf>,
+    /// Where partition logs and cluster metadata live [default: ./weir-data].
+    #[arg(long, env = "WEIR_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Address to accept clients on [default: 127.0.0.1:9292].
+    #[arg(long, env = "WEIR_LISTEN", value_name = "HOST:PORT")]
+    listen: Option<String>,
+    /// Address clients are told to connect to, when it differs from --listen.
+    #[arg(long, env = "WEIR_ADVERTISED_LISTENER", value_name = "HOST:PORT")]
+    advertised_listener: Option<String>,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_ansi(std::io::stdout().is_terminal())
         .init();
-    let mut config = LogDirConfig::new(data_dir.clone());
-    config.retention_check_interval_ms = retention_check_interval_ms;
-    let log_dir = LogDir::open(config).with_context(|| format!("opening data directory {}", data_dir.display()))?;
-    let partition_count = log_dir.partitions().len();
-    let offline = log_dir.offline();
-    tracing::info!(data_dir = %data_dir.display(), partition_count, offline_count = offline.len(), "data directory open");
-    tracing::info!("serving partition logs (the client RPC interface is not available yet); Ctrl-C to stop");
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
-    runtime.block_on(shutdown_signal())?;
-    tracing::info!("shutting down");
-    let errors = log_dir.shutdown();
-    for (partition, error) in &errors {
-        tracing::error!(%partition, %error, "partition did not close cleanly");
-    }
-    anyhow::ensure!(errors.is_empty(), "{} partition(s) did not close cleanly", errors.len());
-    tracing::info!("stopped cleanly");
-    Ok(())
+    let overrides = ConfigOverrides {
+        listen: args.listen,
+        data_dir: args.data_dir,
+        advertised_listener: args.advertised_listener,
+        broker_id: None,
+    };
+    let config = BrokerConfig::load(args.config.as_deref(), &overrides)?;
+    tracing::info!(data_dir = %config.data_dir.display(), "starting broker");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async {
+        let signal = shutdown_signal()?;
+        broker::run(config, signal).await.map_err(anyhow::Error::from)
+    })
 }
 
-async fn shutdown_signal() -> anyhow::Result<()> {
+/// Resolves on Ctrl-C or SIGTERM.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result.context("waiting for Ctrl-C")?,
-        _ = terminate.recv() => {}
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+    })
 }

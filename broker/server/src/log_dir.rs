@@ -282,7 +282,8 @@ impl Shared {
         let partition =
             Partition::open(self.storage.clone(), name.to_owned(), dir, config, self.flusher.clone(), linger)?;
         let report = partition.with_log(|log| Ok(log.recovery_report().clone()))?;
-        if !report.clean_shutdown {
+        let repaired = report.segments_scanned > 0 || report.truncated_bytes > 0 || report.segments_removed > 0;
+        if !report.clean_shutdown && repaired {
             tracing::warn!(
                 partition = %name,
                 segments_scanned = report.segments_scanned,

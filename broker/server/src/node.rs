@@ -80,9 +80,10 @@ pub struct FetchRequest<'a> {
     pub max_wait_ms: u32,
 }
 
-#[derive(Clone, Debug, Default)]
+/// What a fetch read: the first `size_bytes` of the caller's buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Fetched {
-    pub batches: Vec<u8>,
+    pub size_bytes: usize,
     pub high_watermark: i64,
     pub log_start_offset: i64,
 }
@@ -466,9 +467,10 @@ impl Node {
         Ok(Produced { base_offset: base_offset as i64, log_start_offset: log_start_offset as i64 })
     }
 
-    /// Reads committed batches from `offset`, waiting up to `max_wait_ms` for at
-    /// least `min_bytes`.
-    pub async fn fetch(&self, request: FetchRequest<'_>) -> Result<Fetched, ApiError> {
+    /// Reads committed batches from `offset` into the start of `buffer` (which only
+    /// grows, so a reused buffer is never zeroed again), waiting up to
+    /// `max_wait_ms` for at least `min_bytes`.
+    pub async fn fetch(&self, request: FetchRequest<'_>, buffer: &mut Vec<u8>) -> Result<Fetched, ApiError> {
         let (topic, index) = self.slot(request.topic, request.partition)?;
         let (partition, _) = topic.slots[index].online()?;
         let offset = u64::try_from(request.offset).map_err(|_| {
@@ -477,18 +479,13 @@ impl Node {
         let max_bytes = request.max_bytes.clamp(1, self.limits.fetch_bytes_max) as usize;
         let max_wait = Duration::from_millis(request.max_wait_ms.min(self.limits.fetch_wait_ms_max) as u64);
         let deadline = tokio::time::Instant::now() + max_wait;
-        let mut batches = Vec::new();
         loop {
-            let (_, log_start_offset, high_watermark) = partition.read_committed(offset, max_bytes, &mut batches)?;
-            let fetched = Fetched {
-                batches: std::mem::take(&mut batches),
-                high_watermark: high_watermark as i64,
-                log_start_offset: log_start_offset as i64,
-            };
-            if fetched.batches.len() >= request.min_bytes as usize || tokio::time::Instant::now() >= deadline {
-                return Ok(fetched);
+            let (_, size_bytes, log_start_offset, high_watermark) =
+                partition.read_committed_prefix(offset, max_bytes, buffer)?;
+            if size_bytes >= request.min_bytes as usize || tokio::time::Instant::now() >= deadline {
+                let (high_watermark, log_start_offset) = (high_watermark as i64, log_start_offset as i64);
+                return Ok(Fetched { size_bytes, high_watermark, log_start_offset });
             }
-            batches = fetched.batches;
             partition.wait_high_watermark_above(high_watermark, deadline).await;
         }
     }

@@ -264,9 +264,25 @@ impl Partition {
         max_bytes: usize,
         buffer: &mut Vec<u8>,
     ) -> Result<(ReadInfo, u64, u64), LogError> {
+        let (info, kept_bytes, log_start_offset, high_watermark) =
+            self.read_committed_prefix(offset, max_bytes, buffer)?;
+        buffer.truncate(kept_bytes);
+        Ok((info, log_start_offset, high_watermark))
+    }
+
+    /// [`Partition::read_committed`] without shrinking `buffer` (see
+    /// `ReadPlan::read_into_prefix`): returns the read, how many leading bytes of
+    /// `buffer` hold it, the log start offset and the high watermark.
+    pub fn read_committed_prefix(
+        &self,
+        offset: u64,
+        max_bytes: usize,
+        buffer: &mut Vec<u8>,
+    ) -> Result<(ReadInfo, usize, u64, u64), LogError> {
         let high_watermark = self.high_watermark();
         let plan = self.with_log(|log| log.read(offset, max_bytes, Some(high_watermark)))?;
-        Ok((plan.read_into(buffer)?, plan.log_start_offset, high_watermark))
+        let (info, kept_bytes) = plan.read_into_prefix(buffer)?;
+        Ok((info, kept_bytes, plan.log_start_offset, high_watermark))
     }
 
     /// The log start offset and the high watermark.

@@ -73,6 +73,27 @@ struct AdminService {
     gate: Rc<CallGate>,
 }
 
+/// Fetch read buffers kept per connection thread (at most this many).
+const FETCH_BUFFERS_MAX: usize = 8;
+
+thread_local! {
+    /// Reused so multi-MiB fetch reads are not zeroed and page-faulted anew each time.
+    static FETCH_BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn take_fetch_buffer() -> Vec<u8> {
+    FETCH_BUFFERS.with(|buffers| buffers.borrow_mut().pop()).unwrap_or_default()
+}
+
+fn give_back_fetch_buffer(buffer: Vec<u8>) {
+    FETCH_BUFFERS.with(|buffers| {
+        let mut buffers = buffers.borrow_mut();
+        if buffers.len() < FETCH_BUFFERS_MAX {
+            buffers.push(buffer);
+        }
+    });
+}
+
 fn text(reader: capnp::text::Reader<'_>) -> Result<String, capnp::Error> {
     Ok(reader.to_str()?.to_owned())
 }
@@ -207,11 +228,12 @@ impl broker::Server for BrokerService {
             min_bytes: request.get_min_bytes(),
             max_wait_ms: request.get_max_wait_ms(),
         };
-        let outcome = self.node.fetch(fetch).await;
+        let mut buffer = take_fetch_buffer();
+        let outcome = self.node.fetch(fetch, &mut buffer).await;
         let mut response = results.get().init_response();
         match outcome {
             Ok(fetched) => {
-                response.set_batches(&fetched.batches);
+                response.set_batches(&buffer[..fetched.size_bytes]);
                 response.set_high_watermark(fetched.high_watermark);
                 response.set_log_start_offset(fetched.log_start_offset);
             }
@@ -221,6 +243,7 @@ impl broker::Server for BrokerService {
                 set_error(response.init_error(), &api_error);
             }
         }
+        give_back_fetch_buffer(buffer);
         Ok(())
     }
 

@@ -53,15 +53,20 @@ impl ReadPlan {
     /// Reads the planned batches into `buffer` (cleared first; reuse it across calls
     /// to avoid allocation). Returns what was read.
     pub fn read_into(&self, buffer: &mut Vec<u8>) -> Result<ReadInfo, LogError> {
+        let (info, kept_bytes) = self.read_into_prefix(buffer)?;
+        buffer.truncate(kept_bytes);
+        Ok(info)
+    }
+
+    /// Like [`ReadPlan::read_into`], but leaves `buffer`'s length alone (it only
+    /// grows) and returns how many leading bytes hold the batches. A buffer reused
+    /// this way is never zeroed again, which matters for multi-MiB fetches.
+    pub fn read_into_prefix(&self, buffer: &mut Vec<u8>) -> Result<(ReadInfo, usize), LogError> {
         let nothing = ReadInfo { first_offset: self.offset, next_offset: self.offset, batch_count: 0 };
-        let Some(file) = self.file.as_deref() else {
-            buffer.clear();
-            return Ok(nothing);
-        };
+        let Some(file) = self.file.as_deref() else { return Ok((nothing, 0)) };
         let located = locate_batch(file, &self.path, self.start_position, self.end_position, self.offset)?;
         let Some((position, first)) = located.filter(|(_, header)| header.last_offset < self.offset_end) else {
-            buffer.clear();
-            return Ok(nothing);
+            return Ok((nothing, 0));
         };
         let available = (self.end_position - position) as usize;
         let want = self.max_bytes.max(first.size_bytes as usize).min(available);
@@ -70,8 +75,7 @@ impl ReadPlan {
         }
         file.read_exact_at(&mut buffer[..want], position).map_err(LogError::io("read", &self.path))?;
         let (kept_bytes, next_offset, batch_count) = self.whole_batches(&buffer[..want]);
-        buffer.truncate(kept_bytes);
-        Ok(ReadInfo { first_offset: first.base_offset, next_offset, batch_count })
+        Ok((ReadInfo { first_offset: first.base_offset, next_offset, batch_count }, kept_bytes))
     }
 
     /// Length of the prefix of `bytes` made of whole batches below `offset_end`.

@@ -1,0 +1,140 @@
+//! `weir topic …`: create, list, describe, delete topics and alter their configs.
+
+use clap::Subcommand;
+use client::{Admin, NewTopic};
+use serde_json::json;
+
+use crate::output::{key_value, print};
+use crate::ClientArgs;
+
+#[derive(Debug, Subcommand)]
+pub enum TopicCommand {
+    /// Create a topic.
+    Create {
+        name: String,
+        /// Number of partitions.
+        #[arg(long, default_value_t = 1)]
+        partitions: i32,
+        /// Copies of each partition (-1: the broker's default).
+        #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+        replication_factor: i16,
+        /// A topic config, e.g. retention.ms=86400000 (repeatable).
+        #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
+        configs: Vec<(String, String)>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List topic names.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show a topic's partitions, leaders and effective configs.
+    Describe {
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete a topic and all its records.
+    Delete {
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Set topic configs (an empty value, KEY=, restores the broker default).
+    AlterConfig {
+        name: String,
+        /// A topic config to set (repeatable, at least one).
+        #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value, required = true)]
+        configs: Vec<(String, String)>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
+    match command {
+        TopicCommand::Create { name, partitions, replication_factor, configs, client } => {
+            let admin = Admin::new(client.common())?;
+            let topic = NewTopic { name: name.clone(), partition_count: partitions, replication_factor, configs };
+            admin.create_topic(topic).await?;
+            print(client.format, json!({"created": name, "partitions": partitions}), || {
+                format!("created topic {name} with {partitions} partition(s)")
+            });
+        }
+        TopicCommand::List { client } => {
+            let names = Admin::new(client.common())?.list_topics().await?;
+            match client.format {
+                crate::Format::Json => println!("{}", json!(names)),
+                crate::Format::Text => names.iter().for_each(|name| println!("{name}")),
+            }
+        }
+        TopicCommand::Describe { name, client } => describe(&name, &client).await?,
+        TopicCommand::Delete { name, client } => {
+            Admin::new(client.common())?.delete_topic(&name).await?;
+            print(client.format, json!({"deleted": name}), || format!("deleted topic {name}"));
+        }
+        TopicCommand::AlterConfig { name, configs, client } => {
+            Admin::new(client.common())?.alter_topic_config(&name, configs.clone()).await?;
+            let changed: serde_json::Map<String, serde_json::Value> =
+                configs.iter().map(|(key, value)| (key.clone(), json!(value))).collect();
+            print(client.format, json!({"altered": name, "configs": changed}), || {
+                format!("altered {} config(s) of topic {name}", configs.len())
+            });
+        }
+    }
+    Ok(())
+}
+
+async fn describe(name: &str, client: &ClientArgs) -> anyhow::Result<()> {
+    let admin = Admin::new(client.common())?;
+    let description = admin.describe_topic(name).await?;
+    let mut partitions = Vec::new();
+    for partition in &description.partitions {
+        let (log_start_offset, high_watermark) = match partition.error {
+            None => admin.watermarks(name, partition.partition).await?,
+            Some(_) => (-1, -1),
+        };
+        partitions.push((partition, log_start_offset, high_watermark));
+    }
+    let json_partitions: Vec<_> = partitions
+        .iter()
+        .map(|(partition, log_start_offset, high_watermark)| {
+            json!({
+                "partition": partition.partition,
+                "leader": partition.leader,
+                "leader_epoch": partition.leader_epoch,
+                "replicas": partition.replicas,
+                "isr": partition.isr,
+                "log_start_offset": log_start_offset,
+                "high_watermark": high_watermark,
+                "error": partition.error.as_ref().map(ToString::to_string),
+            })
+        })
+        .collect();
+    let configs: serde_json::Map<String, serde_json::Value> =
+        description.configs.iter().map(|(key, value)| (key.clone(), json!(value))).collect();
+    print(client.format, json!({"name": name, "partitions": json_partitions, "configs": configs}), || {
+        let mut text = format!("topic {name}: {} partition(s)\n", partitions.len());
+        text.push_str("PARTITION  LEADER  EPOCH  REPLICAS  ISR  LOG-START  HIGH-WATERMARK\n");
+        for (partition, start, end) in &partitions {
+            text.push_str(&format!(
+                "{:<9}  {:<6}  {:<5}  {:<8}  {:<3}  {:<9}  {}{}\n",
+                partition.partition,
+                partition.leader,
+                partition.leader_epoch,
+                format!("{:?}", partition.replicas),
+                format!("{:?}", partition.isr),
+                start,
+                end,
+                partition.error.as_ref().map(|error| format!("  ({error})")).unwrap_or_default(),
+            ));
+        }
+        text.push_str("configs:\n");
+        for (key, value) in &description.configs {
+            text.push_str(&format!("  {key}={value}\n"));
+        }
+        text.trim_end().to_owned()
+    });
+    Ok(())
+}
