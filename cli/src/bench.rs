@@ -66,6 +66,10 @@ pub struct ProduceBench {
     /// Producer batch size in bytes (`batch.size`).
     #[arg(long, default_value_t = 1024 * 1024)]
     batch_bytes: usize,
+    /// Send at most this many records per second (0: as fast as acknowledged).
+    /// Latency percentiles mean most at a fixed rate below the maximum.
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
     /// Producer linger in milliseconds (`linger.ms`).
     #[arg(long, default_value_t = 5)]
     linger_ms: u64,
@@ -219,7 +223,13 @@ async fn produce(bench: ProduceBench) -> anyhow::Result<()> {
     });
     let value = vec![0x61u8; bench.record_bytes];
     let started = Instant::now();
-    for _ in 0..bench.records {
+    for sent in 0..bench.records {
+        if bench.rate > 0 && sent % 100 == 0 {
+            let due = Duration::from_secs_f64(sent as f64 / bench.rate as f64);
+            if let Some(ahead) = due.checked_sub(started.elapsed()) {
+                tokio::time::sleep(ahead).await;
+            }
+        }
         let record =
             client::ProducerRecord { topic: bench.topic.clone(), value: Some(value.clone()), ..Default::default() };
         let delivery = producer.send(record).await?;
@@ -251,6 +261,7 @@ async fn produce(bench: ProduceBench) -> anyhow::Result<()> {
         "record_bytes": bench.record_bytes,
         "acks": acks,
         "durability": durability_name,
+        "rate_limit": bench.rate,
         "seconds": elapsed,
         "records_per_second": bench.records as f64 / elapsed,
         "mb_per_second": bytes_per_second / MB,
@@ -261,8 +272,12 @@ async fn produce(bench: ProduceBench) -> anyhow::Result<()> {
     match bench.client.format {
         Format::Json => println!("{report}"),
         Format::Text => {
+            let rate = match bench.rate {
+                0 => "max rate".to_owned(),
+                rate => format!("rate limit {rate}/s"),
+            };
             println!(
-                "produce {} x {} B, acks={acks}, durability={durability_name}: {:.1} MB/s, {:.0} records/s in {:.2} s",
+                "produce {} x {} B, acks={acks}, durability={durability_name}, {rate}: {:.1} MB/s, {:.0} records/s in {:.2} s",
                 bench.records,
                 bench.record_bytes,
                 bytes_per_second / MB,

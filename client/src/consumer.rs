@@ -308,9 +308,14 @@ enum Step {
     Gone,
 }
 
+/// A fetch already sent for (offset, generation) while the previous answer was
+/// being decoded.
+type Prefetch = (i64, u64, JoinHandle<Result<FetchedBytes, ClientError>>);
+
 async fn run_fetcher(inner: Arc<Inner>, key: TopicPartition, wake: Arc<Notify>) {
     let config = &inner.config;
     let mut backoff = config.common.retry_backoff;
+    let mut prefetch: Option<Prefetch> = None;
     loop {
         let woken = wake.notified();
         tokio::pin!(woken);
@@ -336,12 +341,31 @@ async fn run_fetcher(inner: Arc<Inner>, key: TopicPartition, wake: Arc<Notify>) 
             Step::Resolve(offset, generation) => list_offset(&inner.cluster, &key.0, key.1, offset)
                 .await
                 .map(|resolved| inner.resolved(&key, generation, resolved)),
-            Step::Fetch(offset, generation) => fetch(&inner, &key, offset).await.map(|fetched| {
-                let had_records = inner.deliver(&key, generation, offset, fetched);
-                if had_records {
-                    inner.arrived.notify_waiters();
-                }
-            }),
+            Step::Fetch(offset, generation) => {
+                let fetched = match prefetch.take() {
+                    Some((at, of, handle)) if (at, of) == (offset, generation) => {
+                        handle.await.unwrap_or_else(|error| Err(ClientError::Protocol(error.to_string())))
+                    }
+                    stale => {
+                        if let Some((_, _, handle)) = stale {
+                            handle.abort();
+                        }
+                        fetch(&inner, &key, offset).await
+                    }
+                };
+                fetched.map(|fetched| {
+                    // Send the next fetch before decoding this answer, so the broker
+                    // reads while this side decodes.
+                    let next_offset = next_fetch_offset(&fetched.batches, offset);
+                    if next_offset > offset && inner.has_room(&key, fetched.batches.len()) {
+                        let task = tokio::spawn(fetch_owned(inner.clone(), key.clone(), next_offset));
+                        prefetch = Some((next_offset, generation, task));
+                    }
+                    if inner.deliver(&key, generation, offset, fetched) {
+                        inner.arrived.notify_waiters();
+                    }
+                })
+            }
         };
         match outcome {
             Ok(()) => backoff = config.common.retry_backoff,
@@ -372,8 +396,24 @@ async fn run_fetcher(inner: Arc<Inner>, key: TopicPartition, wake: Arc<Notify>) 
 }
 
 /// What one fetch returned.
+#[derive(Debug)]
 struct FetchedBytes {
     batches: Bytes,
+}
+
+/// The offset after the last whole batch in `batches` (headers only, no CRC).
+fn next_fetch_offset(batches: &[u8], offset: i64) -> i64 {
+    let mut next_offset = offset;
+    let mut rest = batches;
+    while let Ok((view, tail)) = BatchView::split_first(rest) {
+        next_offset = next_offset.max(view.last_offset() + 1);
+        rest = tail;
+    }
+    next_offset
+}
+
+async fn fetch_owned(inner: Arc<Inner>, key: TopicPartition, offset: i64) -> Result<FetchedBytes, ClientError> {
+    fetch(&inner, &key, offset).await
 }
 
 impl Inner {
@@ -383,6 +423,14 @@ impl Inner {
             assigned.fetch_from = FetchFrom::At(offset);
             assigned.position = Some(offset);
         }
+    }
+
+    /// Whether the partition can buffer `incoming_bytes` more besides what it holds.
+    fn has_room(&self, key: &TopicPartition, incoming_bytes: usize) -> bool {
+        let state = self.lock();
+        state.partitions.get(key).is_some_and(|assigned| {
+            !assigned.paused && assigned.buffered_bytes + 2 * incoming_bytes <= self.config.prefetch_bytes_max
+        })
     }
 
     fn reset(&self, key: &TopicPartition, offset: Offset) {
