@@ -1,14 +1,19 @@
-//! The real server and the real client over TCP: produce, consume, keys,
-//! long polls, retention, restarts.
+//! The real server and the real client over TCP: records round-trip in order;
+//! keys pick Kafka's partition; records without a key spread; explicit
+//! partitions, seeks (timestamp, end) and lz4/zstd compression behave as
+//! documented; unknown topics fail `send`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use client::{Admin, Consumer, NewTopic, Offset, Producer, ProducerRecord};
-use support::TestBroker;
+use abi::BatchIter;
+use client::partitioner::partition_for_key;
+use client::{Admin, Compression, Consumer, ErrorCode, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord};
+use support::{code_of, consume, fetch_raw, wait_until, Fetch, TestBroker};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_round_trip_in_order_with_keys_headers_and_offsets() {
@@ -43,6 +48,216 @@ async fn records_round_trip_in_order_with_keys_headers_and_offsets() {
         let index: usize = std::str::from_utf8(record.headers[0].1.as_ref().unwrap()).unwrap().parse().unwrap();
         assert_eq!(record.value.as_deref(), Some(format!("value-{index}").as_bytes()));
         assert_eq!((record.partition, record.offset), (acknowledged[index].partition, acknowledged[index].offset));
+    }
+    broker.stop().await;
+}
+
+/// Many records per key over six partitions: every record of a key lands in
+/// one partition, Kafka's murmur2 choice (`partition_for_key`), in send order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_with_the_same_key_share_the_partition_kafka_would_choose() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("keyed", 6)).await.unwrap();
+    let producer = Producer::new(broker.producer_config()).unwrap();
+    let keys: Vec<String> = (0..12).map(|index| format!("user-{index}")).collect();
+    let mut deliveries = Vec::new();
+    for round in 0..10 {
+        for key in &keys {
+            let record = ProducerRecord::new("keyed", format!("{key}/{round}")).key(key.as_str());
+            deliveries.push(producer.send(record).await.unwrap());
+        }
+    }
+    for delivery in deliveries {
+        delivery.await.unwrap();
+    }
+
+    let consumer = Consumer::new(broker.consumer_config()).unwrap();
+    consumer.assign(&(0..6).map(|partition| ("keyed".to_owned(), partition)).collect::<Vec<_>>()).await.unwrap();
+    consumer.seek_all(Offset::Beginning).unwrap();
+    let received = consume(&consumer, 120).await;
+    let mut rounds_by_key: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for record in &received {
+        let key = std::str::from_utf8(record.key.as_ref().unwrap()).unwrap().to_owned();
+        let expected = partition_for_key(key.as_bytes(), 6) as i32;
+        assert_eq!(record.partition, expected, "key {key} at offset {}", record.offset);
+        let value = std::str::from_utf8(record.value.as_ref().unwrap()).unwrap();
+        let (value_key, round) = value.split_once('/').unwrap();
+        assert_eq!(value_key, key);
+        rounds_by_key.entry(key).or_default().push(round.parse().unwrap());
+    }
+    assert_eq!(rounds_by_key.len(), 12);
+    for (key, rounds) in rounds_by_key {
+        assert_eq!(rounds, (0..10).collect::<Vec<_>>(), "records of {key} in send order");
+    }
+    let partitions_used: BTreeSet<i32> = received.iter().map(|record| record.partition).collect();
+    assert!(partitions_used.len() > 1, "twelve keys all hashed to one partition: {partitions_used:?}");
+    broker.stop().await;
+}
+
+/// Records without a key go round-robin, one batch per partition at a time,
+/// so small batches reach every partition; an explicit partition wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_without_a_key_spread_and_explicit_partitions_are_honoured() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("spread", 6)).await.unwrap();
+    // A batch closes after every record, so each record opens the next partition's batch.
+    let config = ProducerConfig { batch_bytes_max: 1, ..broker.producer_config() };
+    let producer = Producer::new(config).unwrap();
+    let mut deliveries = Vec::new();
+    for index in 0..24 {
+        deliveries.push(producer.send(ProducerRecord::new("spread", format!("free-{index}"))).await.unwrap());
+    }
+    let mut per_partition = [0; 6];
+    for delivery in deliveries {
+        per_partition[delivery.await.unwrap().partition as usize] += 1;
+    }
+    assert_eq!(per_partition, [4; 6], "round-robin over every partition");
+
+    let pinned = producer.send(ProducerRecord::new("spread", "pinned").key("user-1").partition(4)).await.unwrap();
+    let pinned = pinned.await.unwrap();
+    assert_eq!((pinned.partition, pinned.offset), (4, 4));
+    let consumer = Consumer::new(broker.consumer_config()).unwrap();
+    consumer.assign(&[("spread".to_owned(), 4)]).await.unwrap();
+    consumer.seek("spread", 4, Offset::At(4)).unwrap();
+    let records = consume(&consumer, 1).await;
+    assert_eq!(records[0].value.as_deref(), Some(&b"pinned"[..]));
+    assert_eq!(records[0].key.as_deref(), Some(&b"user-1"[..]));
+    broker.stop().await;
+}
+
+/// `send` refuses a topic or partition the broker does not have, at once, with
+/// the broker's error code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_topic_or_partition_fails_send() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("known", 2)).await.unwrap();
+    let producer = Producer::new(broker.producer_config()).unwrap();
+    let unknown_topic = producer.send(ProducerRecord::new("unknown", "lost")).await;
+    assert_eq!(code_of(unknown_topic), ErrorCode::UnknownTopicOrPartition);
+    for partition in [-1, 2, 99] {
+        let unknown_partition = producer.send(ProducerRecord::new("known", "lost").partition(partition)).await;
+        assert_eq!(code_of(unknown_partition), ErrorCode::UnknownTopicOrPartition, "partition {partition}");
+    }
+    let delivered = producer.send(ProducerRecord::new("known", "kept").partition(1)).await.unwrap().await.unwrap();
+    assert_eq!((delivered.partition, delivered.offset), (1, 0));
+    broker.stop().await;
+}
+
+/// Seeking to a timestamp starts at the first record stamped at or after it,
+/// even in the middle of a batch; past every record it starts at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seek_by_timestamp_starts_at_the_first_record_at_or_after_it() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("timed", 1)).await.unwrap();
+    let producer = Producer::new(broker.producer_config()).unwrap();
+    let base_ms = 1_700_000_000_000;
+    // Two batches of ten: one request each, so the search crosses a batch boundary.
+    for half in 0..2 {
+        let mut deliveries = Vec::new();
+        for index in half * 10..half * 10 + 10 {
+            let record = ProducerRecord::new("timed", format!("at-{index}")).timestamp_ms(base_ms + index * 1000);
+            deliveries.push(producer.send(record).await.unwrap());
+        }
+        for delivery in deliveries {
+            delivery.await.unwrap();
+        }
+    }
+    let consumer = Consumer::new(broker.consumer_config()).unwrap();
+    consumer.assign(&[("timed".to_owned(), 0)]).await.unwrap();
+    let cases = [(base_ms + 4_500, 5), (base_ms + 7_000, 7), (base_ms + 12_001, 13), (base_ms - 1, 0)];
+    for (timestamp_ms, expected_offset) in cases {
+        consumer.seek("timed", 0, Offset::Timestamp(timestamp_ms)).unwrap();
+        let first = &consume(&consumer, 1).await[0];
+        assert_eq!(first.offset, expected_offset, "seek to {timestamp_ms}");
+        assert_eq!(first.timestamp_ms, base_ms + expected_offset * 1000);
+        assert_eq!(first.value.as_deref(), Some(format!("at-{expected_offset}").as_bytes()));
+    }
+    consumer.seek("timed", 0, Offset::Timestamp(base_ms + 60_000)).unwrap();
+    wait_until("a timestamp after every record resolves", || async { consumer.position("timed", 0).is_some() }).await;
+    assert_eq!(consumer.position("timed", 0), Some(20), "past every record: the high watermark");
+    broker.stop().await;
+}
+
+/// Seeking to the end skips what is there and returns only what is produced
+/// after the position is resolved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seek_to_end_returns_only_new_records() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("tail", 1)).await.unwrap();
+    let producer = Producer::new(broker.producer_config()).unwrap();
+    for index in 0..5 {
+        producer.send(ProducerRecord::new("tail", format!("old-{index}"))).await.unwrap().await.unwrap();
+    }
+    let consumer = Consumer::new(broker.consumer_config()).unwrap();
+    consumer.assign(&[("tail".to_owned(), 0)]).await.unwrap();
+    consumer.seek("tail", 0, Offset::End).unwrap();
+    wait_until("the end offset resolves", || async { consumer.position("tail", 0).is_some() }).await;
+    assert_eq!(consumer.position("tail", 0), Some(5));
+    for index in 0..3 {
+        producer.send(ProducerRecord::new("tail", format!("new-{index}"))).await.unwrap().await.unwrap();
+    }
+    let records = consume(&consumer, 3).await;
+    let got: Vec<(i64, &[u8])> =
+        records.iter().map(|record| (record.offset, &record.value.as_ref().unwrap()[..])).collect();
+    assert_eq!(got, [(5, &b"new-0"[..]), (6, b"new-1"), (7, b"new-2")]);
+    assert!(consumer.poll(Duration::from_millis(50)).await.unwrap().is_empty(), "nothing else");
+    broker.stop().await;
+}
+
+/// lz4 and zstd batches go through the broker compressed (stored as sent) and
+/// come back to the consumer byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_batches_round_trip_through_the_broker() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    let connection = broker.connect().await;
+    let base_ms = 1_700_000_000_000;
+    for (topic, compression) in [("lz4", Compression::Lz4), ("zstd", Compression::Zstd)] {
+        admin.create_topic(NewTopic::new(topic, 1)).await.unwrap();
+        let producer = Producer::new(ProducerConfig { compression, ..broker.producer_config() }).unwrap();
+        let values: Vec<String> = (0..200).map(|index| format!("{topic} record {index} {}", "x".repeat(100))).collect();
+        let mut deliveries = Vec::new();
+        for (index, value) in values.iter().enumerate() {
+            let record = ProducerRecord::new(topic, value.as_str())
+                .key(format!("k{index}"))
+                .timestamp_ms(base_ms + index as i64);
+            deliveries.push(producer.send(record.header("h", Some(vec![index as u8]))).await.unwrap());
+        }
+        for delivery in deliveries {
+            delivery.await.unwrap();
+        }
+
+        let stored = fetch_raw(&connection, Fetch::at(topic, 0, 0)).await.unwrap();
+        let batches: Vec<_> = BatchIter::new(&stored.batches).map(Result::unwrap).collect();
+        assert!(!batches.is_empty());
+        for batch in &batches {
+            assert_eq!(batch.attributes().compression(), Ok(compression), "{topic} stored compressed");
+        }
+        let stored_bytes: usize = batches.iter().map(|batch| batch.size_bytes()).sum();
+        assert!(stored_bytes < 200 * 100 / 2, "{topic}: {stored_bytes} bytes stored for 20 KB of values");
+
+        let consumer = Consumer::new(broker.consumer_config()).unwrap();
+        consumer.assign(&[(topic.to_owned(), 0)]).await.unwrap();
+        consumer.seek(topic, 0, Offset::Beginning).unwrap();
+        let records = consume(&consumer, 200).await;
+        for (index, record) in records.iter().enumerate() {
+            assert_eq!(record.offset, index as i64);
+            assert_eq!(record.value.as_deref(), Some(values[index].as_bytes()));
+            assert_eq!(record.key.as_deref(), Some(format!("k{index}").as_bytes()));
+            assert_eq!(record.headers[0].1.as_deref(), Some(&[index as u8][..]));
+        }
+        // Positions inside a compressed batch: by offset and by timestamp.
+        consumer.seek(topic, 0, Offset::At(137)).unwrap();
+        assert_eq!(consume(&consumer, 1).await[0].offset, 137);
+        consumer.seek(topic, 0, Offset::Timestamp(base_ms + 150)).unwrap();
+        let first = &consume(&consumer, 1).await[0];
+        assert_eq!((first.offset, first.timestamp_ms), (150, base_ms + 150));
     }
     broker.stop().await;
 }

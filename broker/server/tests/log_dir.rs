@@ -104,18 +104,21 @@ fn background_retention_deletes_expired_segments() {
     for index in 0..200 {
         partition.append(&mut batch(old + index, &[vec![b'o'; 1000]]), 0).unwrap();
     }
+    let leftover_logs = || {
+        std::fs::read_dir(temp.path().join("clicks-0"))
+            .unwrap()
+            .filter(|entry| entry.as_ref().unwrap().file_name().to_string_lossy().ends_with(".log"))
+            .count()
+    };
+    // The log start moves under the lock; the retired files go after it, outside.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while partition.with_log(|log| Ok(log.log_start_offset())).unwrap() < 200 {
+    while partition.with_log(|log| Ok(log.log_start_offset())).unwrap() < 200 || leftover_logs() > 1 {
         assert!(Instant::now() < deadline, "retention did not run");
         std::thread::sleep(Duration::from_millis(10));
     }
     let (start, segments) = partition.with_log(|log| Ok((log.log_start_offset(), log.segment_count()))).unwrap();
     assert_eq!((start, segments), (200, 1));
-    let leftover_logs = std::fs::read_dir(temp.path().join("clicks-0"))
-        .unwrap()
-        .filter(|entry| entry.as_ref().unwrap().file_name().to_string_lossy().ends_with(".log"))
-        .count();
-    assert_eq!(leftover_logs, 1, "only the new active segment's file is left");
+    assert_eq!(leftover_logs(), 1, "only the new active segment's file is left");
     assert!(matches!(partition.read(0, 100, &mut Vec::new()), Err(LogError::OffsetOutOfRange { .. })));
     assert!(matches!(partition.durability(), Durability::Durable(_)));
 }
