@@ -342,17 +342,17 @@ async fn run_fetcher(inner: Arc<Inner>, key: TopicPartition, wake: Arc<Notify>) 
                 .await
                 .map(|resolved| inner.resolved(&key, generation, resolved)),
             Step::Fetch(offset, generation) => {
-                let fetched = match prefetch.take() {
-                    Some((at, of, handle)) if (at, of) == (offset, generation) => {
-                        handle.await.unwrap_or_else(|error| Err(ClientError::Protocol(error.to_string())))
-                    }
+                let pending = match prefetch.take() {
+                    Some((at, of, handle)) if (at, of) == (offset, generation) => handle,
                     stale => {
                         if let Some((_, _, handle)) = stale {
                             handle.abort();
                         }
-                        fetch(&inner, &key, offset).await
+                        tokio::spawn(fetch_owned(inner.clone(), key.clone(), offset))
                     }
                 };
+                // A seek makes the pending long poll pointless: drop it at once.
+                let Some(fetched) = inner.unless_seeked(&key, generation, &wake, pending).await else { continue };
                 fetched.map(|fetched| {
                     // Send the next fetch before decoding this answer, so the broker
                     // reads while this side decodes.
@@ -422,6 +422,32 @@ impl Inner {
         if let Some(assigned) = state.partitions.get_mut(key).filter(|assigned| assigned.generation == generation) {
             assigned.fetch_from = FetchFrom::At(offset);
             assigned.position = Some(offset);
+        }
+    }
+
+    /// Awaits `pending` unless the partition is sought (or unassigned) meanwhile;
+    /// then aborts it and returns `None`.
+    async fn unless_seeked(
+        &self,
+        key: &TopicPartition,
+        generation: u64,
+        wake: &Notify,
+        mut pending: JoinHandle<Result<FetchedBytes, ClientError>>,
+    ) -> Option<Result<FetchedBytes, ClientError>> {
+        loop {
+            let woken = wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.lock().partitions.get(key).is_none_or(|assigned| assigned.generation != generation) {
+                pending.abort();
+                return None;
+            }
+            tokio::select! {
+                joined = &mut pending => {
+                    return Some(joined.unwrap_or_else(|error| Err(ClientError::Protocol(error.to_string()))));
+                }
+                () = &mut woken => {}
+            }
         }
     }
 

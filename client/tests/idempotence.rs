@@ -9,7 +9,7 @@
 mod support;
 
 use client::connection::Connection;
-use client::{Admin, BatchBuilder, ErrorCode, NewTopic};
+use client::{Admin, BatchBuilder, ClientError, ErrorCode, NewTopic};
 use support::{code_of, fetch_raw, init_producer_id, produce_raw, Fetch, TestBroker};
 
 /// An idempotent batch of `count` records `"{tag}-{index}"`.
@@ -92,5 +92,36 @@ async fn sequence_gaps_and_fenced_epochs_are_refused_without_appending() {
     assert_eq!(code_of(produce_raw(&connection, "strict", 0, two).await), ErrorCode::InvalidRequest);
 
     assert_eq!(log_values(&connection, "strict").await, ["a-0", "a-1", "a-2", "b-0", "c-0"]);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dedup_survives_a_broker_restart() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("durable-dedup", 1)).await.unwrap();
+    let connection = broker.connect().await;
+    let (producer_id, epoch) = init_producer_id(&connection).await.unwrap();
+    let first = idempotent_batch(producer_id, epoch, 0, "first", 2);
+    let second = idempotent_batch(producer_id, epoch, 2, "second", 2);
+    produce_raw(&connection, "durable-dedup", 0, first.clone()).await.unwrap();
+    produce_raw(&connection, "durable-dedup", 0, second.clone()).await.unwrap();
+    drop(connection);
+    broker.stop().await;
+
+    // The producer table is rebuilt from the log: retries still map to their offsets,
+    // and the next sequence is still the only one accepted.
+    let broker = TestBroker::start(temp.path()).await;
+    let connection = broker.connect().await;
+    assert_eq!(produce_raw(&connection, "durable-dedup", 0, second).await.unwrap().base_offset, 2);
+    assert_eq!(produce_raw(&connection, "durable-dedup", 0, first).await.unwrap().base_offset, 0);
+    let gap = produce_raw(&connection, "durable-dedup", 0, idempotent_batch(producer_id, epoch, 9, "gap", 1)).await;
+    assert!(matches!(gap, Err(ClientError::Broker { code: ErrorCode::OutOfOrderSequence, .. })), "{gap:?}");
+    let next = idempotent_batch(producer_id, epoch, 4, "third", 1);
+    assert_eq!(produce_raw(&connection, "durable-dedup", 0, next).await.unwrap().base_offset, 4);
+    assert_eq!(
+        log_values(&connection, "durable-dedup").await,
+        ["first-0", "first-1", "second-0", "second-1", "third-0"]
+    );
     broker.stop().await;
 }

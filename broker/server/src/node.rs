@@ -39,6 +39,10 @@ use crate::partition::{lock, Partition};
 const LEADER_EPOCH: i32 = 0;
 /// Idempotent producers remembered per partition (least recently used go first).
 const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;
+/// How much of each partition's log tail is scanned at start-up to rebuild the
+/// idempotent-producer table (headers only, one small read per batch). A retry of
+/// a batch older than this is not recognised as a duplicate.
+const PRODUCER_STATE_REBUILD_BYTES_MAX: u64 = 1 << 30;
 /// Produce wait when the request gives no timeout.
 const PRODUCE_TIMEOUT_MS_DEFAULT: u32 = 30_000;
 
@@ -537,6 +541,36 @@ impl Slot {
     }
 }
 
+/// The idempotent-producer table as the log's tail left it (the table itself is
+/// kept in memory only).
+fn rebuild_producer_states(partition: &Partition) -> Result<ProducerStates, ApiError> {
+    let headers = partition.with_log(|log| log.tail_batch_headers(PRODUCER_STATE_REBUILD_BYTES_MAX))?;
+    let mut producers = ProducerStates::new(PRODUCERS_PER_PARTITION_MAX);
+    for header in &headers {
+        use abi::batch::field;
+        let producer_id = i64::from_be_bytes(header_field(header, field::PRODUCER_ID));
+        if producer_id < 0 {
+            continue;
+        }
+        let batch = ProducerBatch {
+            producer_id,
+            producer_epoch: i16::from_be_bytes(header_field(header, field::PRODUCER_EPOCH)),
+            base_sequence: i32::from_be_bytes(header_field(header, field::BASE_SEQUENCE)),
+            last_offset_delta: i32::from_be_bytes(header_field(header, field::LAST_OFFSET_DELTA)),
+        };
+        let base_offset = i64::from_be_bytes(header_field(header, field::BASE_OFFSET)).max(0) as u64;
+        producers.record(&batch, base_offset, base_offset + batch.last_offset_delta.max(0) as u64);
+    }
+    Ok(producers)
+}
+
+/// `N` bytes of a batch header at `at` (a field of `abi::batch::field`).
+fn header_field<const N: usize>(header: &[u8; abi::batch::BATCH_HEADER_BYTES], at: usize) -> [u8; N] {
+    let mut bytes = [0u8; N];
+    bytes.copy_from_slice(&header[at..at + N]);
+    bytes
+}
+
 fn entries(record: &TopicRecord) -> Vec<(String, String)> {
     record.configs.clone().into_iter().collect()
 }
@@ -556,10 +590,8 @@ fn open_slot(
         Some(open) => Ok(open),
         None => log_dir.create_partition_with(topic, partition, config.clone()),
     };
-    match opened {
-        Ok(partition) => {
-            Slot::Online { partition, producers: Mutex::new(ProducerStates::new(PRODUCERS_PER_PARTITION_MAX)) }
-        }
+    match opened.map_err(ApiError::from).and_then(|partition| Ok((rebuild_producer_states(&partition)?, partition))) {
+        Ok((producers, partition)) => Slot::Online { partition, producers: Mutex::new(producers) },
         Err(error) => {
             tracing::error!(partition = %name, %error, "partition offline");
             Slot::Offline { reason: error.to_string() }

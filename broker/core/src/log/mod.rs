@@ -175,6 +175,34 @@ impl Log {
         self.segments.iter().map(|segment| segment.base_offset).collect()
     }
 
+    /// The raw headers (first [`abi::batch::BATCH_HEADER_BYTES`] bytes) of the
+    /// batches in the newest segments holding at least the last `bytes_max` bytes
+    /// of the log, oldest first. Reads headers only (one small read per batch):
+    /// owners rebuild per-batch state from it at start-up, e.g. the
+    /// idempotent-producer table.
+    pub fn tail_batch_headers(&self, bytes_max: u64) -> Result<Vec<[u8; abi::batch::BATCH_HEADER_BYTES]>, LogError> {
+        let mut first = self.segments.len();
+        let mut covered = 0;
+        while first > 0 && covered < bytes_max {
+            first -= 1;
+            covered += self.segments[first].size_bytes;
+        }
+        let mut headers = Vec::new();
+        for segment in self.segments.iter().skip(first) {
+            let mut position = 0;
+            while position < segment.size_bytes {
+                let mut header = [0u8; abi::batch::BATCH_HEADER_BYTES];
+                segment.log.read_exact_at(&mut header, position).map_err(LogError::io("read", &segment.log_path))?;
+                let Some(parsed) = header::BatchHeader::parse(&header) else {
+                    return Err(segment.corrupt(position, "unreadable batch header below the log end".to_owned()));
+                };
+                headers.push(header);
+                position += parsed.size_bytes;
+            }
+        }
+        Ok(headers)
+    }
+
     /// What opening the log found and repaired.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.recovery
