@@ -46,9 +46,24 @@ type TopicPartition = (Arc<str>, i32);
 type BatchOutcome = Option<Result<i64, ClientError>>;
 
 /// Sends records; see the module docs. Cheap to clone (clones share one sender).
+/// When the last clone is dropped, buffered records are still sent (as by
+/// [`Producer::close`], without waiting) and the sender task then ends.
 #[derive(Clone, Debug)]
 pub struct Producer {
     inner: Arc<Inner>,
+    _closer: Arc<CloseOnDrop>,
+}
+
+/// Closes the producer when the last [`Producer`] clone goes away.
+#[derive(Debug)]
+struct CloseOnDrop(Arc<Inner>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.lock().closed = true;
+        self.0.wake.notify_one();
+        self.0.space.notify_waiters();
+    }
 }
 
 #[derive(Debug)]
@@ -146,7 +161,7 @@ impl Producer {
             producer_id: OnceCell::new(),
         });
         tokio::spawn(run_sender(inner.clone()));
-        Ok(Producer { inner })
+        Ok(Producer { _closer: Arc::new(CloseOnDrop(inner.clone())), inner })
     }
 
     /// Queues `record` and returns a future of its acknowledgement. Waits (only)

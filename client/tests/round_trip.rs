@@ -261,3 +261,23 @@ async fn compressed_batches_round_trip_through_the_broker() {
     }
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_producer_still_delivers_what_it_buffered() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("dropped", 1)).await.unwrap();
+    let config = ProducerConfig { linger: Duration::from_millis(200), ..broker.producer_config() };
+    let producer = Producer::new(config).unwrap();
+    for index in 0..10 {
+        let _ = producer.send(ProducerRecord::new("dropped", format!("buffered-{index}"))).await.unwrap();
+    }
+    drop(producer); // no flush, no close
+    let consumer = Consumer::new(broker.consumer_config()).unwrap();
+    consumer.assign(&[("dropped".to_owned(), 0)]).await.unwrap();
+    consumer.seek("dropped", 0, Offset::Beginning).unwrap();
+    let records = support::consume(&consumer, 10).await;
+    let values: Vec<_> = records.iter().map(|record| record.value.clone().unwrap()).collect();
+    assert_eq!(values, (0..10).map(|index| format!("buffered-{index}").into_bytes()).collect::<Vec<_>>());
+    broker.stop().await;
+}

@@ -386,6 +386,9 @@ impl Partition {
             Ok(durable) => {
                 let waiters = self.shared.durability.receiver_count() as u64;
                 self.shared.expected_appends.store(waiters, Ordering::Relaxed);
+                // Visible before acknowledged: a consumer told about an offset by
+                // its producer must be able to read it.
+                self.advance_high_watermark(durable);
                 self.shared.durability.send_if_modified(|state| match state {
                     Durability::Durable(published) if *published < durable => {
                         *published = durable;
@@ -393,7 +396,6 @@ impl Partition {
                     }
                     _ => false,
                 });
-                self.advance_high_watermark(durable);
             }
             Err(error) => {
                 tracing::error!(partition = %self.shared.name, %error, "flush failed; partition fenced");
