@@ -1,15 +1,36 @@
 //! `broker`: the Weir broker server — the only broker crate that touches files,
-//! threads and (soon) sockets.
+//! threads and sockets.
 //!
-//! Today it holds the storage side of a broker:
-//! - [`storage`]: `broker_core`'s storage seam on real files and `memmap2`;
-//! - [`partition`]: one partition log shared by appenders, readers, the flusher and
-//!   retention, with group commit and a durable-offset watch;
-//! - [`flusher`]: the threads that run fdatasync rounds;
+//! [`run`]`(config, shutdown)` is the whole broker: [`Server::bind`] binds the
+//! listener and opens the [`Node`]; [`Server::serve`] serves clients until
+//! `shutdown` resolves, then closes every partition cleanly. `weir serve` calls it.
+//!
+//! From the socket down:
+//! - [`server`]: the accept loop and the connection threads (each a `LocalSet`,
+//!   capnp-rpc being `!Send`), bounded by `connections_max` and capnp's message
+//!   limits;
+//! - [`rpc`]: the Cap'n Proto `Broker` and `Admin` capabilities
+//!   (`abi/schema/weir.capnp`), translating calls to and from [`node`] values, with
+//!   a per-connection cap on calls in flight;
+//! - [`node`]: one broker's state and every request it serves, as plain Rust values
+//!   (nothing below it knows Cap'n Proto): topics, produce with acks and
+//!   idempotent-producer dedup, long-polling fetch below the high watermark, list
+//!   offsets, producer ids, admin;
+//! - [`error`]: [`ApiError`], the `ErrorCode` and message a client is told;
+//! - [`metadata_store`]: topics and producer-id blocks in one JSON file, replaced
+//!   atomically (until the openraft controller replaces it);
+//! - [`config`]: [`BrokerConfig`] from defaults, a TOML file and overrides, and the
+//!   [`Limits`] of the RPC edge;
 //! - [`log_dir`]: all partitions of a data directory, their recovery at start-up,
-//!   background retention and interval flushing, clean shutdown.
+//!   background retention and interval flushing, clean shutdown;
+//! - [`partition`]: one partition log shared by appenders, readers, the flusher and
+//!   retention, with group commit, a durable-offset watch and a high-watermark
+//!   watch;
+//! - [`flusher`]: the threads that run fdatasync rounds;
+//! - [`storage`]: `broker_core`'s storage seam on real files and `memmap2`.
 //!
-//! Append, wait for durability, read back:
+//! The storage side can be used without the server. Append, wait for durability,
+//! read back:
 //!
 //! ```
 //! use abi::batch::BatchBuilder;
@@ -32,9 +53,6 @@
 //! # let temp = tempfile::tempdir().unwrap();
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(example(temp.path().into())).unwrap();
 //! ```
-//!
-//! The Cap'n Proto RPC edge, config files and `run(config, shutdown)` arrive with
-//! the single-node broker.
 
 pub mod config;
 pub mod error;
