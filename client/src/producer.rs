@@ -17,8 +17,12 @@
 //!    metadata and retries the *same bytes* with backoff until
 //!    `delivery_timeout`; the broker's producer table turns a retry of a batch it
 //!    already appended into its original offsets, so retries never duplicate.
-//!    A final failure fails every record of the batch and gives its sequence
-//!    numbers back, so the next batch does not leave a gap.
+//!    A final failure fails every record of the batch. If the broker refused the
+//!    batch (nothing stored), its sequence numbers are given back so the next
+//!    batch leaves no gap; if it may have been stored (timeout, lost connection),
+//!    the producer takes a new producer id and restarts sequences at 0, since
+//!    reusing the numbers could get a different batch taken for its duplicate.
+//!    `acks=0` sends once and never retries.
 //!
 //! Bounds: `buffer_bytes_max` of unacknowledged records; one request in flight
 //! per partition. The sender runs on the tokio runtime that created the producer.
@@ -32,7 +36,7 @@ use std::time::Duration;
 use abi::batch::{BatchWriter, ProducerFields};
 use abi::weir_capnp::{broker, Acks as WireAcks};
 use abi::ErrorCode;
-use tokio::sync::{watch, Notify, OnceCell};
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::cluster::Cluster;
@@ -75,7 +79,6 @@ struct Inner {
     wake: Notify,
     /// Wakes `send`s waiting for buffer space.
     space: Notify,
-    producer_id: OnceCell<(i64, i16)>,
 }
 
 #[derive(Debug, Default)]
@@ -88,6 +91,10 @@ struct State {
     next_batch_id: u64,
     /// Close every open batch now (flush or close).
     drain_all: bool,
+    /// The idempotent producer id and epoch batches are stamped with; `None` until
+    /// the broker handed one out, and again after a failure left a partition's
+    /// sequence in doubt (a fresh id restarts every sequence at 0).
+    producer: Option<(i64, i16)>,
     closed: bool,
 }
 
@@ -158,7 +165,6 @@ impl Producer {
             state: Mutex::new(State::default()),
             wake: Notify::new(),
             space: Notify::new(),
-            producer_id: OnceCell::new(),
         });
         tokio::spawn(run_sender(inner.clone()));
         Ok(Producer { _closer: Arc::new(CloseOnDrop(inner.clone())), inner })
@@ -313,11 +319,13 @@ impl Inner {
     }
 
     /// Closes due batches and takes the next batch of every idle partition.
-    /// Returns them with their base sequences, and when to look again.
-    fn take_sendable(&self, now: Instant) -> (Vec<(TopicPartition, Batch, i32)>, Option<Instant>) {
+    /// Returns them with the producer fields to stamp (producer id, epoch and base
+    /// sequence, assigned together under the lock), and when to look again.
+    fn take_sendable(&self, now: Instant) -> (Vec<(TopicPartition, Batch, ProducerFields)>, Option<Instant>) {
         let linger = self.config.linger;
         let idempotent = self.idempotent();
         let mut state = self.lock();
+        let producer = state.producer;
         let drain_all = state.drain_all || state.closed;
         let mut sendable = Vec::new();
         let mut next_due: Option<Instant> = None;
@@ -330,16 +338,20 @@ impl Inner {
                     next_due = Some(next_due.map_or(due, |next| next.min(due)));
                 }
             }
-            if queue.in_flight {
+            if queue.in_flight || (idempotent && producer.is_none()) {
                 continue;
             }
             if let Some(batch) = queue.ready.pop_front() {
                 queue.in_flight = true;
-                let base_sequence = queue.next_sequence;
-                if idempotent {
-                    queue.next_sequence = wrapping_sequence(base_sequence, batch.writer.record_count() as i32);
-                }
-                sendable.push((topic_partition.clone(), batch, base_sequence));
+                let fields = match producer {
+                    Some((producer_id, producer_epoch)) if idempotent => {
+                        let base_sequence = queue.next_sequence;
+                        queue.next_sequence = wrapping_sequence(base_sequence, batch.writer.record_count() as i32);
+                        ProducerFields { producer_id, producer_epoch, base_sequence }
+                    }
+                    _ => ProducerFields::NONE,
+                };
+                sendable.push((topic_partition.clone(), batch, fields));
             }
         }
         (sendable, next_due)
@@ -354,28 +366,58 @@ impl Inner {
         state.queues.values().all(|queue| queue.open.is_none() && queue.ready.is_empty() && !queue.in_flight)
     }
 
-    /// Ends a batch's request: frees its buffer space, marks the partition idle.
-    fn finish_batch(&self, topic_partition: &TopicPartition, buffered_bytes: usize, rollback_sequence: Option<i32>) {
+    /// Ends a batch's request: frees its buffer space, marks the partition idle,
+    /// and after a failure of an idempotent batch repairs the sequence numbers.
+    fn finish_batch(&self, topic_partition: &TopicPartition, buffered_bytes: usize, failure: Option<SequenceRepair>) {
         {
             let mut state = self.lock();
             state.buffered_bytes -= buffered_bytes;
+            let same_producer = |fields: &ProducerFields, state: &State| {
+                state.producer == Some((fields.producer_id, fields.producer_epoch))
+            };
+            match failure {
+                Some(SequenceRepair::GiveBack(fields)) if same_producer(&fields, &state) => {
+                    if let Some(queue) = state.queues.get_mut(topic_partition) {
+                        queue.next_sequence = fields.base_sequence;
+                    }
+                }
+                Some(SequenceRepair::NewProducerId(fields)) if same_producer(&fields, &state) => {
+                    tracing::warn!(
+                        producer_id = fields.producer_id,
+                        "a batch may or may not be stored; new producer id"
+                    );
+                    state.producer = None;
+                    state.queues.values_mut().for_each(|queue| queue.next_sequence = 0);
+                }
+                _ => {}
+            }
             if let Some(queue) = state.queues.get_mut(topic_partition) {
                 queue.in_flight = false;
-                if let Some(sequence) = rollback_sequence {
-                    queue.next_sequence = sequence;
-                }
             }
         }
         self.wake.notify_one();
         self.space.notify_waiters();
     }
 
-    async fn producer_fields(&self, base_sequence: i32) -> Result<ProducerFields, ClientError> {
-        if !self.idempotent() {
-            return Ok(ProducerFields::NONE);
+    /// Gets a producer id from the broker when the producer needs one.
+    async fn ensure_producer_id(&self) {
+        if !self.idempotent() || self.lock().producer.is_some() {
+            return;
         }
-        let (producer_id, producer_epoch) = *self.producer_id.get_or_try_init(|| self.init_producer_id()).await?;
-        Ok(ProducerFields { producer_id, producer_epoch, base_sequence })
+        let mut backoff = self.config.common.retry_backoff;
+        loop {
+            match self.init_producer_id().await {
+                Ok(producer) => {
+                    self.lock().producer = Some(producer);
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot get a producer id; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.config.common.retry_backoff_max);
+                }
+            }
+        }
     }
 
     async fn init_producer_id(&self) -> Result<(i64, i16), ClientError> {
@@ -442,12 +484,13 @@ async fn run_sender(inner: Arc<Inner>) {
         let woken = inner.wake.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let (sendable, next_due) = inner.take_sendable(Instant::now());
-        for (topic_partition, batch, base_sequence) in sendable {
-            tokio::spawn(send_batch(inner.clone(), topic_partition, batch, base_sequence));
-        }
         if inner.lock().closed && inner.is_idle() {
             return;
+        }
+        inner.ensure_producer_id().await;
+        let (sendable, next_due) = inner.take_sendable(Instant::now());
+        for (topic_partition, batch, fields) in sendable {
+            tokio::spawn(send_batch(inner.clone(), topic_partition, batch, fields));
         }
         match next_due {
             Some(due) => {
@@ -461,16 +504,47 @@ async fn run_sender(inner: Arc<Inner>) {
     }
 }
 
+/// How a failed idempotent batch leaves the sequence numbers.
+#[derive(Clone, Copy, Debug)]
+enum SequenceRepair {
+    /// The broker refused the batch outright (nothing was stored): the next batch
+    /// reuses its sequence numbers.
+    GiveBack(ProducerFields),
+    /// The batch may have been stored (timeout, lost connection): reusing its
+    /// numbers could make the broker take a different batch for a duplicate of it
+    /// and drop it. Start over with a new producer id instead (what Kafka's epoch
+    /// bump achieves).
+    NewProducerId(ProducerFields),
+}
+
+fn sequence_repair(error: &ClientError, fields: ProducerFields) -> SequenceRepair {
+    let refused = matches!(
+        error,
+        ClientError::InvalidArgument(_)
+            | ClientError::Broker {
+                code: ErrorCode::MessageTooLarge
+                    | ErrorCode::CorruptMessage
+                    | ErrorCode::UnsupportedCompression
+                    | ErrorCode::InvalidRequest,
+                ..
+            }
+    );
+    match refused {
+        true => SequenceRepair::GiveBack(fields),
+        false => SequenceRepair::NewProducerId(fields),
+    }
+}
+
 /// Seals and sends one batch, retrying as the module docs describe.
-async fn send_batch(inner: Arc<Inner>, topic_partition: TopicPartition, batch: Batch, base_sequence: i32) {
+async fn send_batch(inner: Arc<Inner>, topic_partition: TopicPartition, batch: Batch, fields: ProducerFields) {
     let Batch { writer, created, buffered_bytes, outcome: outcome_sender, .. } = batch;
-    let outcome = deliver(&inner, &topic_partition, writer, created, base_sequence).await;
-    let rollback = match &outcome {
-        Err(_) if inner.idempotent() => Some(base_sequence),
+    let outcome = deliver(&inner, &topic_partition, writer, created, fields).await;
+    let repair = match &outcome {
+        Err(error) if fields.producer_id >= 0 => Some(sequence_repair(error, fields)),
         _ => None,
     };
     outcome_sender.send_replace(Some(outcome));
-    inner.finish_batch(&topic_partition, buffered_bytes, rollback);
+    inner.finish_batch(&topic_partition, buffered_bytes, repair);
 }
 
 async fn deliver(
@@ -478,9 +552,8 @@ async fn deliver(
     topic_partition: &TopicPartition,
     writer: BatchWriter,
     created: Instant,
-    base_sequence: i32,
+    fields: ProducerFields,
 ) -> Result<i64, ClientError> {
-    let fields = inner.producer_fields(base_sequence).await?;
     let sealed = writer.finish(fields, inner.config.compression);
     let bytes = Arc::new(sealed.map_err(|error| ClientError::InvalidArgument(error.to_string()))?);
     let deadline = created + inner.config.delivery_timeout;
@@ -488,7 +561,10 @@ async fn deliver(
     loop {
         match inner.produce_once(topic_partition, &bytes).await {
             Ok(base_offset) => return Ok(base_offset),
-            Err(error) if error.is_retriable() && Instant::now() + backoff < deadline => {
+            // acks=0 is fire and forget: one attempt.
+            Err(error)
+                if error.is_retriable() && inner.config.acks != Acks::None && Instant::now() + backoff < deadline =>
+            {
                 tracing::debug!(topic = %topic_partition.0, partition = topic_partition.1, %error, "retrying produce");
                 inner.cluster.invalidate(&topic_partition.0);
                 tokio::time::sleep(backoff).await;
@@ -496,5 +572,36 @@ async fn deliver(
             }
             Err(error) => return Err(error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIELDS: ProducerFields = ProducerFields { producer_id: 7, producer_epoch: 0, base_sequence: 40 };
+
+    #[test]
+    fn only_outright_refusals_give_sequences_back() {
+        for code in [ErrorCode::MessageTooLarge, ErrorCode::CorruptMessage, ErrorCode::InvalidRequest] {
+            let refused = ClientError::broker(code, "refused");
+            assert!(matches!(sequence_repair(&refused, FIELDS), SequenceRepair::GiveBack(_)), "{code}");
+        }
+        let in_doubt = [
+            ClientError::Timeout { operation: "produce", timeout_ms: 1 },
+            ClientError::Disconnected { address: "a:1".to_owned(), reason: "reset".to_owned() },
+            ClientError::broker(ErrorCode::RequestTimedOut, "not durable in time"),
+            ClientError::broker(ErrorCode::StorageError, "fenced"),
+            ClientError::broker(ErrorCode::OutOfOrderSequence, "gap"),
+        ];
+        for error in in_doubt {
+            assert!(matches!(sequence_repair(&error, FIELDS), SequenceRepair::NewProducerId(_)), "{error}");
+        }
+    }
+
+    #[test]
+    fn sequences_wrap_like_kafkas() {
+        assert_eq!(wrapping_sequence(i32::MAX - 1, 3), 1);
+        assert_eq!(wrapping_sequence(5, 10), 15);
     }
 }

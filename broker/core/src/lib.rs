@@ -7,6 +7,8 @@
 //!
 //! - [`log`]: the partition log — segments, sparse indexes, recovery, retention,
 //!   durability bookkeeping (the durable offset that replication builds on).
+//! - [`producer_state`]: one partition's idempotent-producer table (which retried
+//!   batch is a duplicate, with the offsets to answer).
 //! - [`storage`]: the storage seam, plus an in-memory implementation with crash
 //!   semantics.
 //!
