@@ -10,6 +10,9 @@
 //! 4. buffers them until [`Consumer::poll`] takes them, pausing while more than
 //!    `prefetch_bytes_max` bytes wait.
 //!
+//! At most `fetch_in_flight_max` fetches are in flight per consumer (each RPC
+//! call is one partition); with more partitions than that, they take turns.
+//!
 //! `seek` bumps the partition's generation: a fetch answered for an older
 //! generation is dropped, so no record from before a seek is ever returned after
 //! it. A retriable error (leader moved, connection lost) refreshes metadata and
@@ -62,6 +65,8 @@ struct Inner {
     state: Mutex<State>,
     /// Records arrived (or an error did).
     arrived: Notify,
+    /// Bounds fetches in flight (`fetch_in_flight_max`).
+    fetch_slots: Arc<tokio::sync::Semaphore>,
 }
 
 #[derive(Debug, Default)]
@@ -108,7 +113,8 @@ impl Consumer {
 
     /// A consumer sharing `cluster` (its metadata and connections) with others.
     pub fn with_cluster(config: ConsumerConfig, cluster: Arc<Cluster>) -> Consumer {
-        let inner = Inner { config, cluster, state: Mutex::new(State::default()), arrived: Notify::new() };
+        let fetch_slots = Arc::new(tokio::sync::Semaphore::new(config.fetch_in_flight_max.max(1)));
+        let inner = Inner { config, cluster, state: Mutex::new(State::default()), arrived: Notify::new(), fetch_slots };
         Consumer { inner: Arc::new(inner) }
     }
 
@@ -550,6 +556,7 @@ fn decode_records(
 /// One long-poll fetch from the leader.
 async fn fetch(inner: &Inner, key: &TopicPartition, offset: i64) -> Result<FetchedBytes, ClientError> {
     let config = &inner.config;
+    let _slot = inner.fetch_slots.acquire().await.map_err(|_| ClientError::Closed)?;
     let connection = inner.cluster.leader(&key.0, key.1).await?;
     let address = connection.address().to_owned();
     let (topic, partition) = key.clone();

@@ -197,12 +197,21 @@ async fn a_deleted_topic_loses_its_directories_and_can_be_created_again_empty() 
     assert!(temp.path().join("doomed-0").is_dir() && temp.path().join("doomed-1").is_dir());
 
     admin.delete_topic("doomed").await.unwrap();
-    let mut left: Vec<String> = std::fs::read_dir(temp.path())
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
-        .collect();
-    left.sort();
-    assert!(!left.iter().any(|name| name.starts_with("doomed-0") || name.starts_with("doomed-1")), "{left:?}");
+    let left = || {
+        let mut left: Vec<String> = std::fs::read_dir(temp.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        left
+    };
+    // The partitions are renamed away at once and removed in the background.
+    assert!(!left().iter().any(|name| name == "doomed-0" || name == "doomed-1"), "{:?}", left());
+    wait_until("the deleted partitions' files are gone", || async {
+        !left().iter().any(|name| name.starts_with("doomed-0") || name.starts_with("doomed-1"))
+    })
+    .await;
+    let left = left();
     assert!(left.contains(&"doomed-not-0".to_owned()), "{left:?}");
     assert_eq!(admin.list_topics().await.unwrap(), ["doomed-not"]);
     assert_eq!(code_of(admin.describe_topic("doomed").await), ErrorCode::UnknownTopicOrPartition);

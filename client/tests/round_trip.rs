@@ -281,3 +281,30 @@ async fn a_dropped_producer_still_delivers_what_it_buffered() {
     assert_eq!(values, (0..10).map(|index| format!("buffered-{index}").into_bytes()).collect::<Vec<_>>());
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_of_more_partitions_than_calls_in_flight_reads_them_all() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start_with(temp.path(), |config| config.limits.in_flight_calls_max = 16).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("wide", 40)).await.unwrap();
+    let producer = Producer::new(broker.producer_config()).unwrap();
+    for partition in 0..40 {
+        producer.send(ProducerRecord::new("wide", format!("p{partition}")).partition(partition)).await.unwrap();
+    }
+    producer.flush().await;
+    let config = client::ConsumerConfig {
+        fetch_in_flight_max: 8,
+        fetch_max_wait: Duration::from_millis(50),
+        ..broker.consumer_config()
+    };
+    let consumer = Consumer::new(config).unwrap();
+    consumer.assign(&(0..40).map(|partition| ("wide".to_owned(), partition)).collect::<Vec<_>>()).await.unwrap();
+    consumer.seek_all(Offset::Beginning).unwrap();
+    let records = consume(&consumer, 40).await;
+    let partitions: BTreeSet<i32> = records.iter().map(|record| record.partition).collect();
+    assert_eq!(partitions.len(), 40, "every partition was read");
+    for record in &records {
+        assert_eq!(record.value.as_deref(), Some(format!("p{}", record.partition).as_bytes()));
+    }
+    broker.stop().await;
+}

@@ -296,8 +296,8 @@ impl Shared {
     }
 
     /// Renames `<name>` to `<name>.<ms>.deleted`, syncs the data directory, then
-    /// removes the renamed tree. Failures are logged: a leftover is retried at the
-    /// next start.
+    /// removes the renamed tree on a thread of its own. Failures are logged: a
+    /// leftover is retried at the next start.
     fn delete_dir(&self, name: &str) {
         let data_dir = &self.config.data_dir;
         let doomed = data_dir.join(format!("{name}.{}{DELETED_SUFFIX}", now_ms()));
@@ -310,7 +310,15 @@ impl Shared {
         if let Err(error) = self.storage.sync_dir(data_dir) {
             tracing::warn!(%error, "could not sync the data directory after a deletion");
         }
-        remove_dir(&doomed);
+        // Removing gigabytes of segments takes a while: not on the caller's
+        // (RPC) thread. The rename above already made the deletion durable.
+        let removal = std::thread::Builder::new().name("weir-delete".to_owned()).spawn({
+            let doomed = doomed.clone();
+            move || remove_dir(&doomed)
+        });
+        if removal.is_err() {
+            remove_dir(&doomed);
+        }
     }
 
     fn run_background(&self) {
