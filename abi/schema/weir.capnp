@@ -110,6 +110,31 @@ struct FetchResponse {
   error @3 :Error;
 }
 
+# ---- fetch of many partitions (one request per broker, as consumers use it) ----
+
+struct PartitionFetch {
+  topic @0 :Text;
+  partition @1 :Int32;
+  offset @2 :Int64;
+  maxBytes @3 :UInt32;       # per partition; at least one whole batch if the total allows
+}
+
+struct PartitionData {
+  topic @0 :Text;
+  partition @1 :Int32;
+  batches @2 :Data;          # whole RecordBatch v2, exactly as stored
+  highWatermark @3 :Int64;
+  logStartOffset @4 :Int64;
+  error @5 :Error;           # per partition; the others are still answered
+}
+
+struct FetchManyRequest {
+  partitions @0 :List(PartitionFetch);
+  minBytes @1 :UInt32;       # long poll: wait until this many bytes in total are available ...
+  maxWaitMs @2 :UInt32;      # ... or this much time has passed (an error answers at once)
+  maxBytes @3 :UInt32;       # total over all partitions (the broker caps it too)
+}
+
 # ---- offsets and producers ----
 
 struct OffsetQuery {
@@ -133,4 +158,5 @@ interface Broker {
   fetch @3 (request :FetchRequest) -> (response :FetchResponse);
   listOffset @4 (topic :Text, partition :Int32, query :OffsetQuery) -> (offset :Int64, timestampMs :Int64, error :Error);
   initProducerId @5 () -> (id :ProducerId, error :Error);
+  fetchMany @6 (request :FetchManyRequest) -> (partitions :List(PartitionData));   # in request order
 }

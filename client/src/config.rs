@@ -126,10 +126,9 @@ pub struct ConsumerConfig {
     pub prefetch_bytes_max: usize,
     /// Records one `poll` returns at most (`max.poll.records`).
     pub poll_records_max: usize,
-    /// Fetches (long polls) in flight at once across all assigned partitions
-    /// (`fetch.in.flight.max`; Weir's own bound). Keep it below the broker's
-    /// `in_flight_calls_max` (64 by default); partitions beyond it take turns.
-    pub fetch_in_flight_max: usize,
+    /// Most bytes one fetch returns over all its partitions (`fetch.max.bytes`;
+    /// the broker caps it with its own `fetch_bytes_max`).
+    pub fetch_total_bytes_max: u32,
     /// (`auto.offset.reset`) default `latest`.
     pub auto_offset_reset: OffsetReset,
 }
@@ -143,7 +142,7 @@ impl Default for ConsumerConfig {
             fetch_bytes_max: 4 * 1024 * 1024,
             prefetch_bytes_max: 16 * 1024 * 1024,
             poll_records_max: 500,
-            fetch_in_flight_max: 32,
+            fetch_total_bytes_max: 8 * 1024 * 1024,
             auto_offset_reset: OffsetReset::Latest,
         }
     }
@@ -273,8 +272,8 @@ impl ConsumerConfig {
         if let Some(count) = reader.take("max.poll.records", positive, "a positive count") {
             config.poll_records_max = count;
         }
-        if let Some(count) = reader.take("fetch.in.flight.max", positive, "a positive count") {
-            config.fetch_in_flight_max = count;
+        if let Some(bytes) = reader.take("fetch.max.bytes", fetch_bytes, "a positive number of bytes") {
+            config.fetch_total_bytes_max = bytes;
         }
         let reset = |value: &str| match value {
             "earliest" => Some(OffsetReset::Earliest),
@@ -291,7 +290,7 @@ impl ConsumerConfig {
             "max.partition.fetch.bytes",
             "fetch.buffer.bytes",
             "max.poll.records",
-            "fetch.in.flight.max",
+            "fetch.max.bytes",
             "auto.offset.reset",
         ];
         reader.finish(&[COMMON_KEYS, &consumer_keys].concat())?;

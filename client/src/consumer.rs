@@ -1,27 +1,33 @@
 //! [`Consumer`]: reads assigned partitions from any offset, with a prefetching
-//! long-poll fetch loop per partition.
+//! long-poll fetch session.
 //!
-//! Each assigned partition has a fetch task that:
-//! 1. resolves its start (`Beginning`, `End`, a timestamp) with `listOffset`;
-//! 2. long-polls `fetch(offset, fetch_bytes_max, fetch_min_bytes, fetch_max_wait)`
-//!    on the partition's leader;
-//! 3. turns the batches into [`ConsumerRecord`]s whose keys and values are slices
-//!    of the fetched buffer (no copies), skipping records before the position;
-//! 4. buffers them until [`Consumer::poll`] takes them, pausing while more than
-//!    `prefetch_bytes_max` bytes wait.
+//! One fetch task per consumer runs this loop:
+//! 1. resolve the start of partitions that have none yet (`Beginning`, `End`, a
+//!    timestamp) with `listOffset`;
+//! 2. take every partition that is not paused, has no pending error and holds
+//!    less than `prefetch_bytes_max` bytes, group them by leader, and send each
+//!    leader one `fetchMany` long poll (`fetch_min_bytes`, `fetch_max_wait`, at
+//!    most `fetch_bytes_max` per partition and `fetch_total_bytes_max` in all);
+//! 3. for each answered partition, move its fetch position past the returned
+//!    batches (headers only) and hand the bytes to the decode task, then loop at
+//!    once: the broker reads the next answer while this side decodes.
 //!
-//! At most `fetch_in_flight_max` fetches are in flight per consumer (each RPC
-//! call is one partition); with more partitions than that, they take turns.
+//! The decode task turns batches into [`ConsumerRecord`]s whose keys and values
+//! are slices of the fetched buffer (no copies), skipping records before the
+//! requested offset, and buffers them until [`Consumer::poll`] takes them. It
+//! handles answers in the order they were fetched, so records stay in order.
 //!
-//! `seek` bumps the partition's generation: a fetch answered for an older
-//! generation is dropped, so no record from before a seek is ever returned after
-//! it. A retriable error (leader moved, connection lost) refreshes metadata and
-//! retries with backoff; `OffsetOutOfRange` resets to `auto_offset_reset`; any
-//! other error is handed to the next `poll` once.
+//! `seek` bumps the partition's generation and wakes the fetch task, which drops a
+//! pending long poll that includes the partition; answers and decoded records of
+//! an older generation are discarded, so nothing from before a seek is returned
+//! after it. A retriable error (leader moved, connection lost) refreshes
+//! metadata and backs the partition off; `OffsetOutOfRange` resets it to
+//! `auto_offset_reset`; any other error is handed to the next `poll` once, and
+//! the partition is fetched again (from the same offset) only after that.
 //!
 //! Group membership (`subscribe`, commits) arrives with consumer groups.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -29,11 +35,13 @@ use abi::batch::{records_section, BatchView, RecordRefs, DECOMPRESSED_BYTES_MAX}
 use abi::weir_capnp::broker;
 use abi::ErrorCode;
 use bytes::Bytes;
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::cluster::Cluster;
 use crate::config::{ConsumerConfig, OffsetReset};
+use crate::connection::Connection;
 use crate::error::{broker_error, ClientError};
 use crate::record::ConsumerRecord;
 
@@ -56,6 +64,7 @@ pub enum Offset {
 #[derive(Debug)]
 pub struct Consumer {
     inner: Arc<Inner>,
+    tasks: Mutex<Option<(JoinHandle<()>, JoinHandle<()>)>>,
 }
 
 #[derive(Debug)]
@@ -63,10 +72,11 @@ struct Inner {
     config: ConsumerConfig,
     cluster: Arc<Cluster>,
     state: Mutex<State>,
-    /// Records arrived (or an error did).
+    /// Records arrived (or an error did): wakes `poll`.
     arrived: Notify,
-    /// Bounds fetches in flight (`fetch_in_flight_max`).
-    fetch_slots: Arc<tokio::sync::Semaphore>,
+    /// Something changed that the fetch task must look at (assign, seek, pause,
+    /// resume, room freed by `poll`).
+    wake: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -83,12 +93,15 @@ struct Assigned {
     fetch_from: FetchFrom,
     generation: u64,
     records: VecDeque<ConsumerRecord>,
+    /// Bytes of decoded records waiting for `poll`.
     buffered_bytes: usize,
+    /// Fetched bytes handed to the decode task and not decoded yet.
+    decoding_bytes: usize,
     error: Option<ClientError>,
     paused: bool,
-    /// Wakes the fetch task (space freed, seek, resume).
-    wake: Arc<Notify>,
-    task: JoinHandle<()>,
+    /// After a retriable error: not fetched again before this.
+    backoff_until: Option<Instant>,
+    backoff: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,15 +110,29 @@ enum FetchFrom {
     At(i64),
 }
 
-impl Drop for Assigned {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// Fetched bytes on their way to the decode task.
+#[derive(Debug)]
+struct Fetched {
+    key: TopicPartition,
+    generation: u64,
+    offset: i64,
+    batches: Bytes,
 }
+
+/// One partition of a planned `fetchMany`.
+#[derive(Clone, Debug)]
+struct Planned {
+    key: TopicPartition,
+    generation: u64,
+    offset: i64,
+}
+
+/// One partition's answer.
+type Answer = Result<(Bytes, i64), ClientError>;
 
 impl Consumer {
     /// A consumer for the cluster in `config`. Must be called inside a tokio
-    /// runtime (fetch tasks run there); connects on first use.
+    /// runtime (its fetch and decode tasks run there); connects on first use.
     pub fn new(config: ConsumerConfig) -> Result<Consumer, ClientError> {
         let cluster = Cluster::new(&config.common.bootstrap_servers, config.common.connect_timeout)?;
         Ok(Consumer::with_cluster(config, cluster))
@@ -113,9 +140,9 @@ impl Consumer {
 
     /// A consumer sharing `cluster` (its metadata and connections) with others.
     pub fn with_cluster(config: ConsumerConfig, cluster: Arc<Cluster>) -> Consumer {
-        let fetch_slots = Arc::new(tokio::sync::Semaphore::new(config.fetch_in_flight_max.max(1)));
-        let inner = Inner { config, cluster, state: Mutex::new(State::default()), arrived: Notify::new(), fetch_slots };
-        Consumer { inner: Arc::new(inner) }
+        let inner =
+            Inner { config, cluster, state: Mutex::new(State::default()), arrived: Notify::new(), wake: Notify::new() };
+        Consumer { inner: Arc::new(inner), tasks: Mutex::new(None) }
     }
 
     /// Reads exactly these partitions from now on (replacing any earlier
@@ -134,30 +161,40 @@ impl Consumer {
             OffsetReset::Earliest => Offset::Beginning,
             OffsetReset::Latest | OffsetReset::None => Offset::End,
         };
-        let mut state = self.inner.lock();
-        let wanted: Vec<TopicPartition> =
-            partitions.iter().map(|(topic, partition)| (Arc::from(topic.as_str()), *partition)).collect();
-        state.partitions.retain(|key, _| wanted.contains(key));
-        for key in wanted {
-            if state.partitions.contains_key(&key) {
-                continue;
+        {
+            let mut state = self.inner.lock();
+            let wanted: Vec<TopicPartition> =
+                partitions.iter().map(|(topic, partition)| (Arc::from(topic.as_str()), *partition)).collect();
+            state.partitions.retain(|key, _| wanted.contains(key));
+            for key in wanted {
+                state.partitions.entry(key).or_insert_with(|| Assigned {
+                    position: None,
+                    fetch_from: FetchFrom::Resolve(start),
+                    generation: 0,
+                    records: VecDeque::new(),
+                    buffered_bytes: 0,
+                    decoding_bytes: 0,
+                    error: None,
+                    paused: false,
+                    backoff_until: None,
+                    backoff: self.inner.config.common.retry_backoff,
+                });
             }
-            let wake = Arc::new(Notify::new());
-            let task = tokio::spawn(run_fetcher(self.inner.clone(), key.clone(), wake.clone()));
-            let assigned = Assigned {
-                position: None,
-                fetch_from: FetchFrom::Resolve(start),
-                generation: 0,
-                records: VecDeque::new(),
-                buffered_bytes: 0,
-                error: None,
-                paused: false,
-                wake,
-                task,
-            };
-            state.partitions.insert(key, assigned);
         }
+        self.start_tasks();
+        self.inner.wake.notify_one();
         Ok(())
+    }
+
+    /// Starts the fetch and decode tasks once.
+    fn start_tasks(&self) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if tasks.is_none() {
+            let (decode_sender, decode_receiver) = mpsc::unbounded_channel();
+            let fetcher = tokio::spawn(run_fetch_loop(self.inner.clone(), decode_sender));
+            let decoder = tokio::spawn(run_decoder(self.inner.clone(), decode_receiver));
+            *tasks = Some((fetcher, decoder));
+        }
     }
 
     /// The assigned partitions.
@@ -167,25 +204,28 @@ impl Consumer {
 
     /// Moves an assigned partition's position; records fetched before are dropped.
     pub fn seek(&self, topic: &str, partition: i32, offset: Offset) -> Result<(), ClientError> {
-        let mut state = self.inner.lock();
-        let Some(assigned) = state.partitions.get_mut(&(Arc::from(topic), partition)) else {
-            return Err(ClientError::InvalidArgument(format!("{topic}-{partition} is not assigned")));
-        };
-        assigned.generation += 1;
-        assigned.records.clear();
-        assigned.buffered_bytes = 0;
-        assigned.error = None;
-        match offset {
-            Offset::At(offset) => {
-                assigned.position = Some(offset);
-                assigned.fetch_from = FetchFrom::At(offset);
-            }
-            other => {
-                assigned.position = None;
-                assigned.fetch_from = FetchFrom::Resolve(other);
+        {
+            let mut state = self.inner.lock();
+            let Some(assigned) = state.partitions.get_mut(&(Arc::from(topic), partition)) else {
+                return Err(ClientError::InvalidArgument(format!("{topic}-{partition} is not assigned")));
+            };
+            assigned.generation += 1;
+            assigned.records.clear();
+            assigned.buffered_bytes = 0;
+            assigned.error = None;
+            assigned.backoff_until = None;
+            match offset {
+                Offset::At(offset) => {
+                    assigned.position = Some(offset);
+                    assigned.fetch_from = FetchFrom::At(offset);
+                }
+                other => {
+                    assigned.position = None;
+                    assigned.fetch_from = FetchFrom::Resolve(other);
+                }
             }
         }
-        assigned.wake.notify_one();
+        self.inner.wake.notify_one();
         Ok(())
     }
 
@@ -213,8 +253,8 @@ impl Consumer {
     pub fn resume(&self, topic: &str, partition: i32) {
         if let Some(assigned) = self.inner.lock().partitions.get_mut(&(Arc::from(topic), partition)) {
             assigned.paused = false;
-            assigned.wake.notify_one();
         }
+        self.inner.wake.notify_one();
     }
 
     /// Waits up to `timeout` for records and returns at most `poll_records_max`
@@ -259,20 +299,19 @@ impl Consumer {
                 assigned.error = Some(error);
                 break;
             }
-            let mut freed = false;
             while taken.len() < records_max {
                 let Some(record) = assigned.records.pop_front() else { break };
                 assigned.buffered_bytes -= record_bytes(&record);
                 assigned.position = Some(record.offset + 1);
                 taken.push(record);
-                freed = true;
-            }
-            if freed {
-                assigned.wake.notify_one();
             }
             if taken.len() == records_max {
                 break;
             }
+        }
+        drop(state);
+        if !taken.is_empty() {
+            self.inner.wake.notify_one(); // room to fetch more
         }
         (!taken.is_empty()).then_some(Ok(taken))
     }
@@ -284,9 +323,13 @@ impl Consumer {
         Ok((start, end))
     }
 
-    /// Stops every fetch task.
+    /// Stops fetching and forgets the assignment.
     pub fn close(&self) {
         self.inner.lock().partitions.clear();
+        if let Some((fetcher, decoder)) = self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
+            fetcher.abort();
+            decoder.abort();
+        }
     }
 }
 
@@ -304,107 +347,134 @@ impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-}
 
-/// What the fetch task should do next.
-enum Step {
-    Wait,
-    Resolve(Offset, u64),
-    Fetch(i64, u64),
-    Gone,
-}
+    /// Partitions whose start must be resolved, with their generation.
+    fn to_resolve(&self) -> Vec<(TopicPartition, u64, Offset)> {
+        let now = Instant::now();
+        let state = self.lock();
+        state
+            .partitions
+            .iter()
+            .filter(|(_, assigned)| assigned.error.is_none() && assigned.backoff_until.is_none_or(|until| until <= now))
+            .filter_map(|(key, assigned)| match assigned.fetch_from {
+                FetchFrom::Resolve(offset) => Some((key.clone(), assigned.generation, offset)),
+                FetchFrom::At(_) => None,
+            })
+            .collect()
+    }
 
-/// A fetch already sent for (offset, generation) while the previous answer was
-/// being decoded.
-type Prefetch = (i64, u64, JoinHandle<Result<FetchedBytes, ClientError>>);
-
-async fn run_fetcher(inner: Arc<Inner>, key: TopicPartition, wake: Arc<Notify>) {
-    let config = &inner.config;
-    let mut backoff = config.common.retry_backoff;
-    let mut prefetch: Option<Prefetch> = None;
-    loop {
-        let woken = wake.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
-        let step = {
-            let state = inner.lock();
-            match state.partitions.get(&key) {
-                None => Step::Gone,
-                Some(assigned) if assigned.paused || assigned.error.is_some() => Step::Wait,
-                Some(assigned) if assigned.buffered_bytes >= config.prefetch_bytes_max => Step::Wait,
-                Some(assigned) => match assigned.fetch_from {
-                    FetchFrom::Resolve(offset) => Step::Resolve(offset, assigned.generation),
-                    FetchFrom::At(offset) => Step::Fetch(offset, assigned.generation),
-                },
-            }
-        };
-        let outcome = match step {
-            Step::Gone => return,
-            Step::Wait => {
-                woken.await;
+    /// Partitions to fetch now, and the earliest end of a backoff (to wake then).
+    fn fetchable(&self) -> (Vec<Planned>, Option<Instant>) {
+        let now = Instant::now();
+        let prefetch_max = self.config.prefetch_bytes_max;
+        let state = self.lock();
+        let mut planned = Vec::new();
+        let mut next_wake: Option<Instant> = None;
+        for (key, assigned) in &state.partitions {
+            let FetchFrom::At(offset) = assigned.fetch_from else { continue };
+            if let Some(until) = assigned.backoff_until.filter(|until| *until > now) {
+                next_wake = Some(next_wake.map_or(until, |next| next.min(until)));
                 continue;
             }
-            Step::Resolve(offset, generation) => list_offset(&inner.cluster, &key.0, key.1, offset)
-                .await
-                .map(|resolved| inner.resolved(&key, generation, resolved)),
-            Step::Fetch(offset, generation) => {
-                let pending = match prefetch.take() {
-                    Some((at, of, handle)) if (at, of) == (offset, generation) => handle,
-                    stale => {
-                        if let Some((_, _, handle)) = stale {
-                            handle.abort();
-                        }
-                        tokio::spawn(fetch_owned(inner.clone(), key.clone(), offset))
-                    }
-                };
-                // A seek makes the pending long poll pointless: drop it at once.
-                let Some(fetched) = inner.unless_seeked(&key, generation, &wake, pending).await else { continue };
-                fetched.map(|fetched| {
-                    // Send the next fetch before decoding this answer, so the broker
-                    // reads while this side decodes.
-                    let next_offset = next_fetch_offset(&fetched.batches, offset);
-                    if next_offset > offset && inner.has_room(&key, fetched.batches.len()) {
-                        let task = tokio::spawn(fetch_owned(inner.clone(), key.clone(), next_offset));
-                        prefetch = Some((next_offset, generation, task));
-                    }
-                    if inner.deliver(&key, generation, offset, fetched) {
-                        inner.arrived.notify_waiters();
-                    }
-                })
+            let full = assigned.buffered_bytes + assigned.decoding_bytes >= prefetch_max;
+            if assigned.paused || assigned.error.is_some() || full {
+                continue;
             }
+            planned.push(Planned { key: key.clone(), generation: assigned.generation, offset });
+        }
+        (planned, next_wake)
+    }
+
+    fn resolved(&self, key: &TopicPartition, generation: u64, offset: i64) {
+        if let Some(assigned) = self.lock().partitions.get_mut(key).filter(|assigned| assigned.generation == generation)
+        {
+            assigned.fetch_from = FetchFrom::At(offset);
+            assigned.position = Some(offset);
+            assigned.backoff = self.config.common.retry_backoff;
+        }
+    }
+
+    /// Handles a partition's failed resolve or fetch (see the module docs).
+    fn failed(&self, key: &TopicPartition, generation: u64, error: ClientError) {
+        let reset = match self.config.auto_offset_reset {
+            OffsetReset::Earliest => Some(Offset::Beginning),
+            OffsetReset::Latest => Some(Offset::End),
+            OffsetReset::None => None,
         };
-        match outcome {
-            Ok(()) => backoff = config.common.retry_backoff,
-            Err(error)
-                if error.code() == ErrorCode::OffsetOutOfRange && config.auto_offset_reset != OffsetReset::None =>
-            {
-                let reset = match config.auto_offset_reset {
-                    OffsetReset::Earliest => Offset::Beginning,
-                    _ => Offset::End,
-                };
+        let retriable = error.is_retriable();
+        if retriable {
+            self.cluster.invalidate(&key.0);
+        }
+        let mut state = self.lock();
+        let Some(assigned) = state.partitions.get_mut(key).filter(|assigned| assigned.generation == generation) else {
+            return;
+        };
+        match (error.code(), reset) {
+            (ErrorCode::OffsetOutOfRange, Some(reset)) => {
                 tracing::info!(topic = %key.0, partition = key.1, ?reset, %error, "offset out of range; resetting");
-                inner.reset(&key, reset);
+                assigned.generation += 1;
+                assigned.fetch_from = FetchFrom::Resolve(reset);
             }
-            Err(error) if error.is_retriable() => {
-                tracing::debug!(topic = %key.0, partition = key.1, %error, "fetch failed; retrying");
-                inner.cluster.invalidate(&key.0);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(config.common.retry_backoff_max);
+            _ if retriable => {
+                tracing::debug!(topic = %key.0, partition = key.1, %error, "fetch failed; backing off");
+                assigned.backoff_until = Some(Instant::now() + assigned.backoff);
+                assigned.backoff = (assigned.backoff * 2).min(self.config.common.retry_backoff_max);
             }
-            Err(error) => {
-                if let Some(assigned) = inner.lock().partitions.get_mut(&key) {
-                    assigned.error = Some(error);
-                }
-                inner.arrived.notify_waiters();
+            _ => {
+                assigned.error = Some(error);
+                drop(state);
+                self.arrived.notify_waiters();
             }
         }
     }
-}
 
-/// What one fetch returned.
-#[derive(Debug)]
-struct FetchedBytes {
-    batches: Bytes,
+    /// Moves the partition past the fetched batches and queues them for decoding.
+    /// Returns whether they were queued (the partition was not sought meanwhile).
+    fn fetched(&self, plan: &Planned, batches: &Bytes) -> bool {
+        let next_offset = next_fetch_offset(batches, plan.offset);
+        let mut state = self.lock();
+        let Some(assigned) =
+            state.partitions.get_mut(&plan.key).filter(|assigned| assigned.generation == plan.generation)
+        else {
+            return false;
+        };
+        assigned.backoff = self.config.common.retry_backoff;
+        if batches.is_empty() {
+            return false;
+        }
+        assigned.fetch_from = FetchFrom::At(next_offset);
+        assigned.decoding_bytes += batches.len();
+        true
+    }
+
+    /// Buffers decoded records (unless a seek happened meanwhile).
+    fn deliver(&self, fetched: &Fetched, decoded: Result<Vec<ConsumerRecord>, ClientError>) {
+        let mut state = self.lock();
+        let Some(assigned) = state.partitions.get_mut(&fetched.key) else { return };
+        assigned.decoding_bytes = assigned.decoding_bytes.saturating_sub(fetched.batches.len());
+        if assigned.generation != fetched.generation {
+            return;
+        }
+        match decoded {
+            Ok(records) => {
+                for record in records {
+                    assigned.buffered_bytes += record_bytes(&record);
+                    assigned.records.push_back(record);
+                }
+            }
+            Err(error) => {
+                // Fetch this data again only after the error was seen (then it
+                // fails the same way, unless the caller seeks past it).
+                assigned.generation += 1;
+                assigned.fetch_from = FetchFrom::At(fetched.offset);
+                assigned.records.clear();
+                assigned.buffered_bytes = 0;
+                assigned.error = Some(error);
+            }
+        }
+        drop(state);
+        self.arrived.notify_waiters();
+    }
 }
 
 /// The offset after the last whole batch in `batches` (headers only, no CRC).
@@ -418,84 +488,136 @@ fn next_fetch_offset(batches: &[u8], offset: i64) -> i64 {
     next_offset
 }
 
-async fn fetch_owned(inner: Arc<Inner>, key: TopicPartition, offset: i64) -> Result<FetchedBytes, ClientError> {
-    fetch(&inner, &key, offset).await
+async fn run_fetch_loop(inner: Arc<Inner>, decode: mpsc::UnboundedSender<Fetched>) {
+    loop {
+        let woken = inner.wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        for (key, generation, offset) in inner.to_resolve() {
+            match list_offset(&inner.cluster, &key.0, key.1, offset).await {
+                Ok(resolved) => inner.resolved(&key, generation, resolved),
+                Err(error) => inner.failed(&key, generation, error),
+            }
+        }
+        let (planned, next_wake) = inner.fetchable();
+        if planned.is_empty() {
+            let sleep =
+                tokio::time::sleep_until(next_wake.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)));
+            tokio::select! {
+                () = &mut woken => {}
+                () = sleep => {}
+            }
+            continue;
+        }
+        let planned_keys: Vec<(TopicPartition, u64)> =
+            planned.iter().map(|plan| (plan.key.clone(), plan.generation)).collect();
+        let by_leader = group_by_leader(&inner, planned).await;
+        let requests = by_leader.into_iter().map(|(connection, plans)| fetch_many(&inner, connection, plans));
+        let mut answers = Box::pin(futures::future::join_all(requests));
+        let answers = loop {
+            tokio::select! {
+                answers = &mut answers => break Some(answers),
+                () = &mut woken => {
+                    // A seek, a new assignment or room freed by `poll` changes what
+                    // should be fetched: drop the pending long poll and plan again
+                    // (offsets only move when answers are taken, so nothing is lost).
+                    let (now_planned, _) = inner.fetchable();
+                    let now_keys: Vec<(TopicPartition, u64)> =
+                        now_planned.iter().map(|plan| (plan.key.clone(), plan.generation)).collect();
+                    if now_keys != planned_keys {
+                        break None;
+                    }
+                    woken.set(inner.wake.notified());
+                    woken.as_mut().enable();
+                }
+            }
+        };
+        let Some(answers) = answers else { continue };
+        for (plan, answer) in answers.into_iter().flatten() {
+            match answer {
+                Ok((batches, _high_watermark)) => {
+                    if inner.fetched(&plan, &batches) {
+                        let fetched =
+                            Fetched { key: plan.key, generation: plan.generation, offset: plan.offset, batches };
+                        if decode.send(fetched).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(error) => inner.failed(&plan.key, plan.generation, error),
+            }
+        }
+    }
 }
 
-impl Inner {
-    fn resolved(&self, key: &TopicPartition, generation: u64, offset: i64) {
-        let mut state = self.lock();
-        if let Some(assigned) = state.partitions.get_mut(key).filter(|assigned| assigned.generation == generation) {
-            assigned.fetch_from = FetchFrom::At(offset);
-            assigned.position = Some(offset);
+async fn run_decoder(inner: Arc<Inner>, mut fetched: mpsc::UnboundedReceiver<Fetched>) {
+    while let Some(fetched) = fetched.recv().await {
+        let decoded = decode_records(&fetched.key.0, fetched.key.1, fetched.offset, &fetched.batches);
+        inner.deliver(&fetched, decoded.map(|(records, _)| records));
+    }
+}
+
+/// Groups planned partitions by their leader's connection; a partition whose
+/// leader cannot be reached is failed (and backs off).
+async fn group_by_leader(inner: &Inner, planned: Vec<Planned>) -> Vec<(Connection, Vec<Planned>)> {
+    let mut groups: HashMap<String, (Connection, Vec<Planned>)> = HashMap::new();
+    for plan in planned {
+        match inner.cluster.leader(&plan.key.0, plan.key.1).await {
+            Ok(connection) => {
+                groups.entry(connection.address().to_owned()).or_insert_with(|| (connection, Vec::new())).1.push(plan);
+            }
+            Err(error) => inner.failed(&plan.key, plan.generation, error),
         }
     }
+    groups.into_values().collect()
+}
 
-    /// Awaits `pending` unless the partition is sought (or unassigned) meanwhile;
-    /// then aborts it and returns `None`.
-    async fn unless_seeked(
-        &self,
-        key: &TopicPartition,
-        generation: u64,
-        wake: &Notify,
-        mut pending: JoinHandle<Result<FetchedBytes, ClientError>>,
-    ) -> Option<Result<FetchedBytes, ClientError>> {
-        loop {
-            let woken = wake.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            if self.lock().partitions.get(key).is_none_or(|assigned| assigned.generation != generation) {
-                pending.abort();
-                return None;
-            }
-            tokio::select! {
-                joined = &mut pending => {
-                    return Some(joined.unwrap_or_else(|error| Err(ClientError::Protocol(error.to_string()))));
-                }
-                () = &mut woken => {}
-            }
+/// One `fetchMany` long poll; every plan gets its own answer (a failed call
+/// fails each of its partitions).
+async fn fetch_many(inner: &Inner, connection: Connection, plans: Vec<Planned>) -> Vec<(Planned, Answer)> {
+    let config = &inner.config;
+    let address = connection.address().to_owned();
+    let wanted: Vec<(Arc<str>, i32, i64)> =
+        plans.iter().map(|plan| (plan.key.0.clone(), plan.key.1, plan.offset)).collect();
+    let (partition_max, total_max, min_bytes) =
+        (config.fetch_bytes_max, config.fetch_total_bytes_max, config.fetch_min_bytes);
+    let max_wait_ms = config.fetch_max_wait.as_millis().min(u32::MAX as u128) as u32;
+    let call = connection.call(move |client: broker::Client| async move {
+        let mut request = client.fetch_many_request();
+        let mut builder = request.get().init_request();
+        builder.set_min_bytes(min_bytes);
+        builder.set_max_wait_ms(max_wait_ms);
+        builder.set_max_bytes(total_max);
+        let mut list = builder.init_partitions(wanted.len() as u32);
+        for (index, (topic, partition, offset)) in wanted.iter().enumerate() {
+            let mut entry = list.reborrow().get(index as u32);
+            entry.set_topic(&topic[..]);
+            entry.set_partition(*partition);
+            entry.set_offset(*offset);
+            entry.set_max_bytes(partition_max);
         }
-    }
-
-    /// Whether the partition can buffer `incoming_bytes` more besides what it holds.
-    fn has_room(&self, key: &TopicPartition, incoming_bytes: usize) -> bool {
-        let state = self.lock();
-        state.partitions.get(key).is_some_and(|assigned| {
-            !assigned.paused && assigned.buffered_bytes + 2 * incoming_bytes <= self.config.prefetch_bytes_max
-        })
-    }
-
-    fn reset(&self, key: &TopicPartition, offset: Offset) {
-        let mut state = self.lock();
-        if let Some(assigned) = state.partitions.get_mut(key) {
-            assigned.generation += 1;
-            assigned.fetch_from = FetchFrom::Resolve(offset);
+        let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+        let answers = response.get()?.get_partitions()?;
+        if answers.len() as usize != wanted.len() {
+            return Err(ClientError::Protocol(format!("{} answers for {} partitions", answers.len(), wanted.len())));
         }
-    }
-
-    /// Decodes and buffers fetched records (unless a seek happened meanwhile).
-    /// Returns whether any record was buffered.
-    fn deliver(&self, key: &TopicPartition, generation: u64, offset: i64, fetched: FetchedBytes) -> bool {
-        let decoded = decode_records(&key.0, key.1, offset, &fetched.batches);
-        let mut state = self.lock();
-        let Some(assigned) = state.partitions.get_mut(key).filter(|assigned| assigned.generation == generation) else {
-            return false;
-        };
-        match decoded {
-            Ok((records, next_offset)) => {
-                assigned.fetch_from = FetchFrom::At(next_offset);
-                let had_records = !records.is_empty();
-                for record in records {
-                    assigned.buffered_bytes += record_bytes(&record);
-                    assigned.records.push_back(record);
-                }
-                had_records
-            }
-            Err(error) => {
-                assigned.error = Some(error);
-                true
-            }
+        let mut out: Vec<Answer> = Vec::with_capacity(wanted.len());
+        for answer in answers.iter() {
+            out.push(match answer.has_error() {
+                true => Err(broker_error(answer.get_error()?)),
+                false => Ok((Bytes::copy_from_slice(answer.get_batches()?), answer.get_high_watermark())),
+            });
         }
+        Ok(out)
+    });
+    let timeout = config.fetch_max_wait + config.common.request_timeout;
+    let outcome = match tokio::time::timeout(timeout, call).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(ClientError::Timeout { operation: "fetch", timeout_ms: timeout.as_millis() as u64 }),
+    };
+    match outcome {
+        Ok(answers) => plans.into_iter().zip(answers).collect(),
+        Err(error) => plans.into_iter().map(|plan| (plan, Err(error.clone()))).collect(),
     }
 }
 
@@ -551,38 +673,6 @@ fn decode_records(
         }
     }
     Ok((records, next_offset))
-}
-
-/// One long-poll fetch from the leader.
-async fn fetch(inner: &Inner, key: &TopicPartition, offset: i64) -> Result<FetchedBytes, ClientError> {
-    let config = &inner.config;
-    let _slot = inner.fetch_slots.acquire().await.map_err(|_| ClientError::Closed)?;
-    let connection = inner.cluster.leader(&key.0, key.1).await?;
-    let address = connection.address().to_owned();
-    let (topic, partition) = key.clone();
-    let (max_bytes, min_bytes) = (config.fetch_bytes_max, config.fetch_min_bytes);
-    let max_wait_ms = config.fetch_max_wait.as_millis().min(u32::MAX as u128) as u32;
-    let call = connection.call(move |client: broker::Client| async move {
-        let mut request = client.fetch_request();
-        let mut builder = request.get().init_request();
-        builder.set_topic(&topic[..]);
-        builder.set_partition(partition);
-        builder.set_offset(offset);
-        builder.set_max_bytes(max_bytes);
-        builder.set_min_bytes(min_bytes);
-        builder.set_max_wait_ms(max_wait_ms);
-        let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
-        let response = response.get()?.get_response()?;
-        if response.has_error() {
-            return Err(broker_error(response.get_error()?));
-        }
-        Ok(FetchedBytes { batches: Bytes::copy_from_slice(response.get_batches()?) })
-    });
-    let timeout = config.fetch_max_wait + config.common.request_timeout;
-    match tokio::time::timeout(timeout, call).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(ClientError::Timeout { operation: "fetch", timeout_ms: timeout.as_millis() as u64 }),
-    }
 }
 
 /// Resolves `offset` for a partition with `listOffset` (`At` is returned as is).

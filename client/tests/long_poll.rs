@@ -83,3 +83,80 @@ async fn a_waiting_fetch_does_not_hold_up_shutdown() {
     assert!(matches!(outcome, Err(ClientError::Disconnected { .. })), "{outcome:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+/// `fetchMany` as raw (topic, partition, offset) triples → per partition
+/// `Ok((batch bytes, high watermark))` or the broker's error code.
+async fn fetch_many_raw(
+    connection: &client::connection::Connection,
+    partitions: Vec<(&'static str, i32, i64)>,
+    min_bytes: u32,
+    max_wait_ms: u32,
+) -> Vec<Result<(usize, i64), client::ErrorCode>> {
+    connection
+        .call(move |broker: abi::weir_capnp::broker::Client| async move {
+            let mut request = broker.fetch_many_request();
+            let mut builder = request.get().init_request();
+            builder.set_min_bytes(min_bytes);
+            builder.set_max_wait_ms(max_wait_ms);
+            builder.set_max_bytes(1 << 20);
+            let mut list = builder.init_partitions(partitions.len() as u32);
+            for (index, (topic, partition, offset)) in partitions.iter().enumerate() {
+                let mut entry = list.reborrow().get(index as u32);
+                entry.set_topic(*topic);
+                entry.set_partition(*partition);
+                entry.set_offset(*offset);
+                entry.set_max_bytes(1 << 20);
+            }
+            let response = request.send().promise.await.unwrap();
+            let answers = response.get().unwrap().get_partitions().unwrap();
+            Ok::<_, ClientError>(
+                answers
+                    .iter()
+                    .map(|answer| match answer.has_error() {
+                        true => Err(client::ErrorCode::from_u16(answer.get_error().unwrap().get_code()).unwrap()),
+                        false => Ok((answer.get_batches().unwrap().len(), answer.get_high_watermark())),
+                    })
+                    .collect(),
+            )
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_fetch_many_waits_on_every_partition_and_answers_each() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("many", 3)).await.unwrap();
+    let connection = broker.connect().await;
+
+    // Nothing anywhere: the long poll waits for data on any of the partitions.
+    let waiting = tokio::spawn({
+        let connection = connection.clone();
+        async move { fetch_many_raw(&connection, vec![("many", 0, 0), ("many", 1, 0), ("many", 2, 0)], 1, 20_000).await }
+    });
+    assert!(metadata_raw(&connection).await.is_ok(), "the connection serves other calls meanwhile");
+    let started = Instant::now();
+    produce_raw(&connection, "many", 2, batch_of(1, &[b"on two"])).await.unwrap();
+    let answers = waiting.await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "answered when partition 2 got data");
+    assert_eq!(answers[0], Ok((0, 0)));
+    assert_eq!(answers[1], Ok((0, 0)));
+    assert!(matches!(answers[2], Ok((bytes, 1)) if bytes > 0), "{:?}", answers[2]);
+
+    // A bad partition is answered with its own error, at once, and the others still are.
+    let started = Instant::now();
+    let answers = fetch_many_raw(
+        &connection,
+        vec![("many", 2, 0), ("many", 7, 0), ("nope", 0, 0), ("many", 2, 99)],
+        1 << 20,
+        20_000,
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(5), "an error ends the wait");
+    assert!(matches!(answers[0], Ok((bytes, 1)) if bytes > 0));
+    assert_eq!(answers[1], Err(client::ErrorCode::UnknownTopicOrPartition));
+    assert_eq!(answers[2], Err(client::ErrorCode::UnknownTopicOrPartition));
+    assert_eq!(answers[3], Err(client::ErrorCode::OffsetOutOfRange));
+    broker.stop().await;
+}

@@ -92,6 +92,15 @@ pub struct Fetched {
     pub log_start_offset: i64,
 }
 
+/// One partition of a [`Node::fetch_many`].
+#[derive(Clone, Debug)]
+pub struct PartitionFetch {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub max_bytes: u32,
+}
+
 /// Which offset `list_offset` looks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OffsetQuery {
@@ -492,6 +501,66 @@ impl Node {
             }
             partition.wait_high_watermark_above(high_watermark, deadline).await;
         }
+    }
+
+    /// Reads committed batches of several partitions, partition `i` into the start
+    /// of `buffers[i]` (grown as needed, never shrunk), at most `max_bytes` in
+    /// total, waiting up to `max_wait_ms` until at least `min_bytes` in total are
+    /// there. A partition's error is its own answer and ends the wait at once.
+    pub async fn fetch_many(
+        &self,
+        partitions: &[PartitionFetch],
+        min_bytes: u32,
+        max_wait_ms: u32,
+        max_bytes: u32,
+        buffers: &mut Vec<Vec<u8>>,
+    ) -> Vec<Result<Fetched, ApiError>> {
+        buffers.resize_with(partitions.len(), Vec::new);
+        let max_wait = Duration::from_millis(max_wait_ms.min(self.limits.fetch_wait_ms_max) as u64);
+        let deadline = tokio::time::Instant::now() + max_wait;
+        let total_max = max_bytes.clamp(1, self.limits.fetch_bytes_max) as usize;
+        let slots: Vec<Result<(Partition, u64), ApiError>> = partitions.iter().map(|fetch| self.fetch_slot(fetch)).collect();
+        loop {
+            let mut total = 0;
+            let mut answers = Vec::with_capacity(partitions.len());
+            let mut seen = Vec::with_capacity(partitions.len());
+            for ((fetch, slot), buffer) in partitions.iter().zip(&slots).zip(buffers.iter_mut()) {
+                let answer = slot.clone().and_then(|(partition, offset)| {
+                    let budget = (fetch.max_bytes.max(1) as usize).min(total_max.saturating_sub(total));
+                    // Past the total, a partition is answered empty (its watermarks only).
+                    let (size_bytes, log_start_offset, high_watermark) = match budget {
+                        0 => (0, partition.offsets()?.0, partition.high_watermark()),
+                        budget => {
+                            let (_, size_bytes, log_start_offset, high_watermark) =
+                                partition.read_committed_prefix(offset, budget, buffer)?;
+                            (size_bytes, log_start_offset, high_watermark)
+                        }
+                    };
+                    total += size_bytes;
+                    seen.push((partition, high_watermark));
+                    let (high_watermark, log_start_offset) = (high_watermark as i64, log_start_offset as i64);
+                    Ok(Fetched { size_bytes, high_watermark, log_start_offset })
+                });
+                answers.push(answer);
+            }
+            let any_error = answers.iter().any(Result::is_err);
+            if total >= min_bytes as usize || any_error || tokio::time::Instant::now() >= deadline || seen.is_empty() {
+                return answers;
+            }
+            let waits = seen.iter().map(|(partition, high_watermark)| {
+                Box::pin(partition.wait_high_watermark_above(*high_watermark, deadline))
+            });
+            futures::future::select_all(waits).await;
+        }
+    }
+
+    fn fetch_slot(&self, fetch: &PartitionFetch) -> Result<(Partition, u64), ApiError> {
+        let (topic, index) = self.slot(&fetch.topic, fetch.partition)?;
+        let (partition, _) = topic.slots[index].online()?;
+        let offset = u64::try_from(fetch.offset).map_err(|_| {
+            ApiError::new(ErrorCode::OffsetOutOfRange, format!("offset {} is negative", fetch.offset))
+        })?;
+        Ok((partition.clone(), offset))
     }
 
     /// The earliest or latest offset, or the first at or after a timestamp (the

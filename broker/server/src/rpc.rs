@@ -247,6 +247,53 @@ impl broker::Server for BrokerService {
         Ok(())
     }
 
+    async fn fetch_many(
+        self: Rc<Self>,
+        params: broker::FetchManyParams,
+        mut results: broker::FetchManyResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let (partitions, min_bytes, max_wait_ms, max_bytes) = {
+            let request = params.get()?.get_request()?;
+            let partitions = request
+                .get_partitions()?
+                .iter()
+                .map(|fetch| {
+                    Ok(node::PartitionFetch {
+                        topic: text(fetch.get_topic()?)?,
+                        partition: fetch.get_partition(),
+                        offset: fetch.get_offset(),
+                        max_bytes: fetch.get_max_bytes(),
+                    })
+                })
+                .collect::<Result<Vec<_>, capnp::Error>>()?;
+            (partitions, request.get_min_bytes(), request.get_max_wait_ms(), request.get_max_bytes())
+        };
+        drop(params);
+        let mut buffers: Vec<Vec<u8>> = (0..partitions.len()).map(|_| take_fetch_buffer()).collect();
+        let answers = self.node.fetch_many(&partitions, min_bytes, max_wait_ms, max_bytes, &mut buffers).await;
+        let mut list = results.get().init_partitions(partitions.len() as u32);
+        for (index, ((fetch, answer), buffer)) in partitions.iter().zip(&answers).zip(&buffers).enumerate() {
+            let mut data = list.reborrow().get(index as u32);
+            data.set_topic(&fetch.topic[..]);
+            data.set_partition(fetch.partition);
+            match answer {
+                Ok(fetched) => {
+                    data.set_batches(&buffer[..fetched.size_bytes]);
+                    data.set_high_watermark(fetched.high_watermark);
+                    data.set_log_start_offset(fetched.log_start_offset);
+                }
+                Err(api_error) => {
+                    data.set_high_watermark(-1);
+                    data.set_log_start_offset(-1);
+                    set_error(data.init_error(), api_error);
+                }
+            }
+        }
+        buffers.into_iter().for_each(give_back_fetch_buffer);
+        Ok(())
+    }
+
     async fn list_offset(
         self: Rc<Self>,
         params: broker::ListOffsetParams,
