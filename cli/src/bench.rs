@@ -60,7 +60,8 @@ pub struct ProduceBench {
     /// 0, 1 or all.
     #[arg(long, default_value = "1", value_parser = parse_acks)]
     acks: Acks,
-    /// Durability of the topic when created [default: page-cache for acks 0/1, fsync for all].
+    /// Durability to measure: sets the topic's flush.policy (also on an existing
+    /// topic) [default: page-cache for acks 0/1, fsync for all].
     #[arg(long, value_enum)]
     durability: Option<Durability>,
     /// Producer batch size in bytes (`batch.size`).

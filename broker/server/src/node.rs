@@ -519,7 +519,8 @@ impl Node {
         let max_wait = Duration::from_millis(max_wait_ms.min(self.limits.fetch_wait_ms_max) as u64);
         let deadline = tokio::time::Instant::now() + max_wait;
         let total_max = max_bytes.clamp(1, self.limits.fetch_bytes_max) as usize;
-        let slots: Vec<Result<(Partition, u64), ApiError>> = partitions.iter().map(|fetch| self.fetch_slot(fetch)).collect();
+        let slots: Vec<Result<(Partition, u64), ApiError>> =
+            partitions.iter().map(|fetch| self.fetch_slot(fetch)).collect();
         loop {
             let mut total = 0;
             let mut answers = Vec::with_capacity(partitions.len());
@@ -557,9 +558,8 @@ impl Node {
     fn fetch_slot(&self, fetch: &PartitionFetch) -> Result<(Partition, u64), ApiError> {
         let (topic, index) = self.slot(&fetch.topic, fetch.partition)?;
         let (partition, _) = topic.slots[index].online()?;
-        let offset = u64::try_from(fetch.offset).map_err(|_| {
-            ApiError::new(ErrorCode::OffsetOutOfRange, format!("offset {} is negative", fetch.offset))
-        })?;
+        let offset = u64::try_from(fetch.offset)
+            .map_err(|_| ApiError::new(ErrorCode::OffsetOutOfRange, format!("offset {} is negative", fetch.offset)))?;
         Ok((partition.clone(), offset))
     }
 
