@@ -255,3 +255,30 @@ async fn clients_carry_on_across_a_restart_on_the_same_address() {
     assert_eq!((records[0].offset, records[0].value.as_deref()), (1, Some(&b"after"[..])));
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_deletes_only_what_the_metadata_says_was_deleted() {
+    let temp = tempfile::tempdir().unwrap();
+    // A directory no topic owns (an older data directory, a backup someone put
+    // there) and the leftover of a deletion the metadata recorded.
+    for directory in ["stray-0", "backup-2", "gone-0"] {
+        std::fs::create_dir(temp.path().join(directory)).unwrap();
+        std::fs::write(temp.path().join(directory).join("00000000000000000000.log"), b"precious").unwrap();
+    }
+    let metadata = r#"{"version": 1, "producer_id_block_end": 0, "topics": {}, "pending_deletions": ["gone-0"]}"#;
+    std::fs::write(temp.path().join("cluster-metadata.json"), metadata).unwrap();
+
+    let broker = TestBroker::start(temp.path()).await;
+    assert!(!temp.path().join("gone-0").exists(), "a recorded deletion is finished");
+    for directory in ["stray-0", "backup-2"] {
+        let kept = std::fs::read(temp.path().join(directory).join("00000000000000000000.log")).unwrap();
+        assert_eq!(kept, b"precious", "{directory} is left untouched");
+    }
+    let admin = Admin::new(broker.common()).unwrap();
+    assert!(admin.list_topics().await.unwrap().is_empty(), "nothing is adopted as a topic");
+    let refused = admin.create_topic(NewTopic::new("stray", 1)).await;
+    assert_eq!(code_of(refused), ErrorCode::TopicAlreadyExists, "a topic never takes over a stray directory");
+    admin.create_topic(NewTopic::new("gone", 1)).await.unwrap();
+    assert_eq!(admin.watermarks("gone", 0).await.unwrap(), (0, 0));
+    broker.stop().await;
+}

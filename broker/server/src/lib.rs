@@ -67,7 +67,7 @@ pub mod storage;
 
 pub use config::{BrokerConfig, BrokerConfigError, ConfigOverrides, Limits};
 pub use error::ApiError;
-pub use log_dir::{CreatePartitionError, LogDir, LogDirConfig};
+pub use log_dir::{CreatePartitionError, LogDir, LogDirConfig, PartitionDirFate};
 pub use node::Node;
 pub use partition::{Durability, Partition};
 pub use server::{run, Server, ServerError};

@@ -103,6 +103,8 @@ struct Shared {
     offline: Mutex<Vec<OfflinePartition>>,
     stop: Mutex<bool>,
     wake: Condvar,
+    /// Makes deletion names unique.
+    deleted_count: std::sync::atomic::AtomicU64,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -124,14 +126,15 @@ impl LogDir {
     /// with `config.log`.
     pub fn open(config: LogDirConfig) -> Result<LogDir, LogError> {
         let defaults = config.log.clone();
-        LogDir::open_with(config, |_| Some(defaults.clone()))
+        LogDir::open_with(config, |_| PartitionDirFate::Open(defaults.clone()))
     }
 
-    /// Opens the partitions under `config.data_dir` whose topic `config_for` knows,
-    /// each with the config it returns. Directories of unknown topics (a topic
-    /// deleted while the broker was down, or a deletion cut short) are deleted, and
-    /// so are leftovers of partitions renamed for deletion.
-    pub fn open_with(config: LogDirConfig, config_for: impl Fn(&str) -> Option<LogConfig>) -> Result<LogDir, LogError> {
+    /// Opens the partition directories under `config.data_dir` as `fate_of` (given
+    /// the directory name, e.g. `orders-3`) decides: open with a config, delete (a
+    /// deletion the owner recorded but did not finish), or leave untouched (not
+    /// ours to judge: never delete data nobody said was deleted). Leftovers of
+    /// partitions renamed for deletion are removed.
+    pub fn open_with(config: LogDirConfig, fate_of: impl Fn(&str) -> PartitionDirFate) -> Result<LogDir, LogError> {
         config.log.validate()?;
         let storage: Arc<dyn Storage> = Arc::new(FileStorage);
         let data_dir = config.data_dir.clone();
@@ -149,6 +152,7 @@ impl LogDir {
             offline: Mutex::new(Vec::new()),
             stop: Mutex::new(false),
             wake: Condvar::new(),
+            deleted_count: std::sync::atomic::AtomicU64::new(0),
         });
         let mut names = shared.storage.list_dir(&data_dir).map_err(|source| LogError::Io {
             op: "list directory",
@@ -157,15 +161,26 @@ impl LogDir {
         })?;
         names.sort();
         for name in names {
-            if name.ends_with(DELETED_SUFFIX) {
+            if is_deleted_leftover(&name) {
                 remove_dir(&data_dir.join(&name));
                 continue;
             }
-            let Some((topic, _)) = parse_partition_dir(&name) else { continue };
-            let Some(log_config) = config_for(topic) else {
-                tracing::warn!(partition = %name, "deleting the directory of a partition whose topic does not exist");
-                shared.delete_dir(&name);
+            if parse_partition_dir(&name).is_none() {
                 continue;
+            }
+            let log_config = match fate_of(&name) {
+                PartitionDirFate::Open(log_config) => log_config,
+                PartitionDirFate::Delete => {
+                    tracing::info!(partition = %name, "finishing the deletion of a partition");
+                    if let Err(error) = shared.delete_dir(&name) {
+                        tracing::warn!(partition = %name, %error, "could not delete a deleted partition");
+                    }
+                    continue;
+                }
+                PartitionDirFate::Leave => {
+                    tracing::warn!(directory = %name, "not a partition of any topic; left untouched");
+                    continue;
+                }
             };
             match shared.open_partition(&name, log_config) {
                 Ok(partition) => {
@@ -227,8 +242,7 @@ impl LogDir {
             }
         }
         lock(&self.shared.offline).retain(|offline| offline.name != name);
-        self.shared.delete_dir(name);
-        Ok(())
+        self.shared.delete_dir(name)
     }
 
     /// The open partition named `topic-partition`.
@@ -295,21 +309,25 @@ impl Shared {
         Ok(partition)
     }
 
-    /// Renames `<name>` to `<name>.<ms>.deleted`, syncs the data directory, then
-    /// removes the renamed tree on a thread of its own. Failures are logged: a
-    /// leftover is retried at the next start.
-    fn delete_dir(&self, name: &str) {
+    /// Renames `<name>` to `<name>.<ms>-<n>.deleted` (unique), syncs the data
+    /// directory, then removes the renamed tree on a thread of its own. A missing
+    /// directory is fine; a failed rename is an error (the data is still there).
+    /// A failed removal is logged: the leftover is removed at the next start.
+    fn delete_dir(&self, name: &str) -> Result<(), LogError> {
         let data_dir = &self.config.data_dir;
-        let doomed = data_dir.join(format!("{name}.{}{DELETED_SUFFIX}", now_ms()));
-        if let Err(error) = std::fs::rename(data_dir.join(name), &doomed) {
-            if error.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(partition = %name, %error, "could not rename a deleted partition's directory");
-            }
-            return;
+        let unique = self.deleted_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let doomed = data_dir.join(format!("{name}.{}-{unique}{DELETED_SUFFIX}", now_ms()));
+        let source = data_dir.join(name);
+        match std::fs::rename(&source, &doomed) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(LogError::Io { op: "rename for deletion", path: source, source: error }),
         }
-        if let Err(error) = self.storage.sync_dir(data_dir) {
-            tracing::warn!(%error, "could not sync the data directory after a deletion");
-        }
+        self.storage.sync_dir(data_dir).map_err(|source| LogError::Io {
+            op: "sync directory",
+            path: data_dir.clone(),
+            source,
+        })?;
         // Removing gigabytes of segments takes a while: not on the caller's
         // (RPC) thread. The rename above already made the deletion durable.
         let removal = std::thread::Builder::new().name("weir-delete".to_owned()).spawn({
@@ -319,6 +337,7 @@ impl Shared {
         if removal.is_err() {
             remove_dir(&doomed);
         }
+        Ok(())
     }
 
     fn run_background(&self) {
@@ -356,6 +375,23 @@ impl Shared {
 
 /// Marks a partition directory renamed for deletion.
 const DELETED_SUFFIX: &str = ".deleted";
+
+/// What [`LogDir::open_with`] does with one partition directory.
+#[derive(Clone, Debug)]
+pub enum PartitionDirFate {
+    Open(LogConfig),
+    Delete,
+    Leave,
+}
+
+/// `orders-3.1795988674529-0.deleted`: a partition renamed by `delete_dir`.
+fn is_deleted_leftover(name: &str) -> bool {
+    let Some(stem) = name.strip_suffix(DELETED_SUFFIX) else { return false };
+    let Some((partition_dir, stamp)) = stem.rsplit_once('.') else { return false };
+    parse_partition_dir(partition_dir).is_some()
+        && !stamp.is_empty()
+        && stamp.bytes().all(|byte| byte.is_ascii_digit() || byte == b'-')
+}
 
 fn remove_dir(path: &Path) {
     if let Err(error) = std::fs::remove_dir_all(path) {

@@ -1,6 +1,8 @@
 //! [`MetadataStore`]: the single-node broker's durable cluster metadata — which
 //! topics exist (partition count, replication factor, config overrides) and the
-//! next block of producer ids — in one JSON file, `<data_dir>/cluster-metadata.json`.
+//! next block of producer ids, and the partition directories of deleted topics
+//! whose files may not be gone yet — in one JSON file,
+//! `<data_dir>/cluster-metadata.json`.
 //!
 //! Every change is written whole to a temporary file, fsynced, renamed over the old
 //! file and made durable with a directory fsync: after a crash the file is either
@@ -14,7 +16,7 @@
 //! When the controller lands (openraft, DESIGN §3) this file is replaced by the
 //! metadata log; the records it will hold are exactly these fields.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -44,6 +46,10 @@ pub struct ClusterMetadata {
     /// Ids below this one may have been handed out already.
     pub producer_id_block_end: i64,
     pub topics: BTreeMap<String, TopicRecord>,
+    /// Partition directories (`orders-3`) of deleted topics whose files may still
+    /// exist: only these are ever deleted at start-up.
+    #[serde(default)]
+    pub pending_deletions: BTreeSet<String>,
 }
 
 /// Why the metadata file could not be read or written.

@@ -31,7 +31,7 @@ use broker_core::producer_state::{ProducerBatch, ProducerStates, SequenceCheck};
 
 use crate::config::{BrokerConfig, Limits};
 use crate::error::ApiError;
-use crate::log_dir::{validate_topic_name, LogDir};
+use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, PartitionDirFate};
 use crate::metadata_store::{MetadataError, MetadataStore, TopicRecord, PRODUCER_ID_BLOCK_SIZE};
 use crate::partition::{lock, Partition};
 
@@ -216,7 +216,19 @@ impl Node {
                 .map_err(|error| NodeError::TopicConfig { topic: name.clone(), reason: error.to_string() })?;
             log_configs.insert(name.clone(), log_config);
         }
-        let log_dir = LogDir::open_with(config.log_dir_config(), |topic| log_configs.get(topic).cloned())?;
+        let pending_deletions = metadata.metadata().pending_deletions.clone();
+        let log_dir = LogDir::open_with(config.log_dir_config(), |directory| {
+            let topic = parse_partition_dir(directory).map_or("", |(topic, _)| topic);
+            match log_configs.get(topic) {
+                Some(log_config) => PartitionDirFate::Open(log_config.clone()),
+                None if pending_deletions.contains(directory) => PartitionDirFate::Delete,
+                None => PartitionDirFate::Leave,
+            }
+        })?;
+        let mut metadata = metadata;
+        if !pending_deletions.is_empty() {
+            metadata.update(|metadata| metadata.pending_deletions.clear())?;
+        }
         let offline: HashMap<String, String> = log_dir.offline().into_iter().collect();
         let mut topics = BTreeMap::new();
         for (name, record) in &metadata.metadata().topics {
@@ -300,10 +312,11 @@ impl Node {
             replication_factor,
             configs: configs.iter().cloned().collect(),
         };
+        let log_dir = lock(&self.log_dir);
+        let log_dir = log_dir.as_ref().ok_or_else(shutting_down)?;
+        self.clear_partition_dirs(&mut metadata, log_dir, name, record.partition_count)?;
         metadata.update(|metadata| metadata.topics.insert(name.to_owned(), record.clone())).map_err(storage_error)?;
         let slots = {
-            let log_dir = lock(&self.log_dir);
-            let log_dir = log_dir.as_ref().ok_or_else(shutting_down)?;
             (0..record.partition_count)
                 .map(|partition| open_slot(log_dir, &HashMap::new(), name, partition, &log_config))
                 .collect()
@@ -313,19 +326,56 @@ impl Node {
         Ok(())
     }
 
-    /// Deletes a topic: gone from the metadata first, then its partitions' files.
-    pub fn delete_topic(&self, name: &str) -> Result<(), ApiError> {
-        let mut metadata = lock(&self.metadata);
-        if !metadata.metadata().topics.contains_key(name) {
-            return Err(ApiError::unknown_topic(name));
-        }
-        metadata.update(|metadata| metadata.topics.remove(name)).map_err(storage_error)?;
-        let removed = self.topics_mut().remove(name);
-        if let (Some(topic), Some(log_dir)) = (removed, lock(&self.log_dir).as_ref()) {
-            for partition in 0..topic.slots.len() {
-                log_dir.delete_partition(&format!("{name}-{partition}")).map_err(ApiError::from)?;
+    /// A new topic's partition directories must not exist: leftovers of a deletion
+    /// that did not finish are deleted now; anything else is refused (never adopt
+    /// or destroy data no topic owns).
+    fn clear_partition_dirs(
+        &self,
+        metadata: &mut MetadataStore,
+        log_dir: &LogDir,
+        topic: &str,
+        partition_count: u32,
+    ) -> Result<(), ApiError> {
+        for partition in 0..partition_count {
+            let directory = format!("{topic}-{partition}");
+            if metadata.metadata().pending_deletions.contains(&directory) {
+                log_dir.delete_partition(&directory)?;
+                metadata.update(|metadata| metadata.pending_deletions.remove(&directory)).map_err(storage_error)?;
+            } else if log_dir.path().join(&directory).exists() {
+                let message = format!(
+                    "{} exists but belongs to no topic; move it out of the data directory first",
+                    log_dir.path().join(&directory).display()
+                );
+                return Err(ApiError::new(ErrorCode::TopicAlreadyExists, message));
             }
         }
+        Ok(())
+    }
+
+    /// Deletes a topic: gone from the metadata (its directories recorded as
+    /// pending deletions) first, then its partitions' files, then the record.
+    pub fn delete_topic(&self, name: &str) -> Result<(), ApiError> {
+        let mut metadata = lock(&self.metadata);
+        let Some(record) = metadata.metadata().topics.get(name).cloned() else {
+            return Err(ApiError::unknown_topic(name));
+        };
+        let directories: Vec<String> =
+            (0..record.partition_count).map(|partition| format!("{name}-{partition}")).collect();
+        metadata
+            .update(|metadata| {
+                metadata.topics.remove(name);
+                metadata.pending_deletions.extend(directories.iter().cloned());
+            })
+            .map_err(storage_error)?;
+        self.topics_mut().remove(name);
+        if let Some(log_dir) = lock(&self.log_dir).as_ref() {
+            for directory in &directories {
+                log_dir.delete_partition(directory)?;
+            }
+        }
+        metadata
+            .update(|metadata| metadata.pending_deletions.retain(|directory| !directories.contains(directory)))
+            .map_err(storage_error)?;
         tracing::info!(topic = %name, "topic deleted");
         Ok(())
     }
