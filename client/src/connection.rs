@@ -79,7 +79,16 @@ impl Connection {
         let (sender, receiver) = oneshot::channel();
         let boxed: Call = Box::new(move |client| {
             Box::pin(async move {
-                let _ = sender.send(call(client).await);
+                let mut sender = sender;
+                // A caller that gave up (dropped its future) cancels the call: the
+                // capnp promise is dropped, so the broker gets a Finish and stops
+                // work it would answer for nobody (e.g. a long poll after a seek).
+                tokio::select! {
+                    outcome = call(client) => {
+                        let _ = sender.send(outcome);
+                    }
+                    () = sender.closed() => {}
+                }
             })
         });
         let disconnected = || ClientError::Disconnected {

@@ -84,6 +84,11 @@ struct State {
     partitions: BTreeMap<TopicPartition, Assigned>,
     /// Where the next `poll` starts looking, for fairness between partitions.
     poll_cursor: usize,
+    /// Rotates the partition order of fetches (bumped per fetch sent).
+    fetch_rotation: usize,
+    /// The last generation handed out: generations are unique per consumer, so a
+    /// partition unassigned and assigned again never accepts an old answer.
+    generation_clock: u64,
 }
 
 #[derive(Debug)]
@@ -167,10 +172,15 @@ impl Consumer {
                 partitions.iter().map(|(topic, partition)| (Arc::from(topic.as_str()), *partition)).collect();
             state.partitions.retain(|key, _| wanted.contains(key));
             for key in wanted {
+                if state.partitions.contains_key(&key) {
+                    continue;
+                }
+                state.generation_clock += 1;
+                let generation = state.generation_clock;
                 state.partitions.entry(key).or_insert_with(|| Assigned {
                     position: None,
                     fetch_from: FetchFrom::Resolve(start),
-                    generation: 0,
+                    generation,
                     records: VecDeque::new(),
                     buffered_bytes: 0,
                     decoding_bytes: 0,
@@ -206,10 +216,12 @@ impl Consumer {
     pub fn seek(&self, topic: &str, partition: i32, offset: Offset) -> Result<(), ClientError> {
         {
             let mut state = self.inner.lock();
+            state.generation_clock += 1;
+            let generation = state.generation_clock;
             let Some(assigned) = state.partitions.get_mut(&(Arc::from(topic), partition)) else {
                 return Err(ClientError::InvalidArgument(format!("{topic}-{partition} is not assigned")));
             };
-            assigned.generation += 1;
+            assigned.generation = generation;
             assigned.records.clear();
             assigned.buffered_bytes = 0;
             assigned.error = None;
@@ -371,16 +383,23 @@ impl Inner {
         let mut planned = Vec::new();
         let mut next_wake: Option<Instant> = None;
         for (key, assigned) in &state.partitions {
-            let FetchFrom::At(offset) = assigned.fetch_from else { continue };
+            // Any backoff (of a fetch or of a start being resolved) wakes the loop.
             if let Some(until) = assigned.backoff_until.filter(|until| *until > now) {
                 next_wake = Some(next_wake.map_or(until, |next| next.min(until)));
                 continue;
             }
+            let FetchFrom::At(offset) = assigned.fetch_from else { continue };
             let full = assigned.buffered_bytes + assigned.decoding_bytes >= prefetch_max;
             if assigned.paused || assigned.error.is_some() || full {
                 continue;
             }
             planned.push(Planned { key: key.clone(), generation: assigned.generation, offset });
+        }
+        // Brokers spend a fetch's byte budget in request order: rotate the order so
+        // busy partitions early in it cannot starve the rest.
+        if !planned.is_empty() {
+            let rotation = state.fetch_rotation % planned.len();
+            planned.rotate_left(rotation);
         }
         (planned, next_wake)
     }
@@ -405,14 +424,16 @@ impl Inner {
         if retriable {
             self.cluster.invalidate(&key.0);
         }
-        let mut state = self.lock();
+        let mut guard = self.lock();
+        let state = &mut *guard;
         let Some(assigned) = state.partitions.get_mut(key).filter(|assigned| assigned.generation == generation) else {
             return;
         };
         match (error.code(), reset) {
             (ErrorCode::OffsetOutOfRange, Some(reset)) => {
                 tracing::info!(topic = %key.0, partition = key.1, ?reset, %error, "offset out of range; resetting");
-                assigned.generation += 1;
+                state.generation_clock += 1;
+                assigned.generation = state.generation_clock;
                 assigned.fetch_from = FetchFrom::Resolve(reset);
             }
             _ if retriable => {
@@ -422,7 +443,7 @@ impl Inner {
             }
             _ => {
                 assigned.error = Some(error);
-                drop(state);
+                drop(guard);
                 self.arrived.notify_waiters();
             }
         }
@@ -449,7 +470,8 @@ impl Inner {
 
     /// Buffers decoded records (unless a seek happened meanwhile).
     fn deliver(&self, fetched: &Fetched, decoded: Result<Vec<ConsumerRecord>, ClientError>) {
-        let mut state = self.lock();
+        let mut guard = self.lock();
+        let state = &mut *guard;
         let Some(assigned) = state.partitions.get_mut(&fetched.key) else { return };
         assigned.decoding_bytes = assigned.decoding_bytes.saturating_sub(fetched.batches.len());
         if assigned.generation != fetched.generation {
@@ -465,14 +487,15 @@ impl Inner {
             Err(error) => {
                 // Fetch this data again only after the error was seen (then it
                 // fails the same way, unless the caller seeks past it).
-                assigned.generation += 1;
+                state.generation_clock += 1;
+                assigned.generation = state.generation_clock;
                 assigned.fetch_from = FetchFrom::At(fetched.offset);
                 assigned.records.clear();
                 assigned.buffered_bytes = 0;
                 assigned.error = Some(error);
             }
         }
-        drop(state);
+        drop(guard);
         self.arrived.notify_waiters();
     }
 }
@@ -509,8 +532,8 @@ async fn run_fetch_loop(inner: Arc<Inner>, decode: mpsc::UnboundedSender<Fetched
             }
             continue;
         }
-        let planned_keys: Vec<(TopicPartition, u64)> =
-            planned.iter().map(|plan| (plan.key.clone(), plan.generation)).collect();
+        inner.lock().fetch_rotation += 1;
+        let planned_keys = plan_keys(&planned);
         let by_leader = group_by_leader(&inner, planned).await;
         let requests = by_leader.into_iter().map(|(connection, plans)| fetch_many(&inner, connection, plans));
         let mut answers = Box::pin(futures::future::join_all(requests));
@@ -521,10 +544,7 @@ async fn run_fetch_loop(inner: Arc<Inner>, decode: mpsc::UnboundedSender<Fetched
                     // A seek, a new assignment or room freed by `poll` changes what
                     // should be fetched: drop the pending long poll and plan again
                     // (offsets only move when answers are taken, so nothing is lost).
-                    let (now_planned, _) = inner.fetchable();
-                    let now_keys: Vec<(TopicPartition, u64)> =
-                        now_planned.iter().map(|plan| (plan.key.clone(), plan.generation)).collect();
-                    if now_keys != planned_keys {
+                    if plan_keys(&inner.fetchable().0) != planned_keys {
                         break None;
                     }
                     woken.set(inner.wake.notified());
@@ -548,6 +568,13 @@ async fn run_fetch_loop(inner: Arc<Inner>, decode: mpsc::UnboundedSender<Fetched
             }
         }
     }
+}
+
+/// What a plan fetches, in a canonical order (fetch order rotates).
+fn plan_keys(planned: &[Planned]) -> Vec<(TopicPartition, u64)> {
+    let mut keys: Vec<(TopicPartition, u64)> = planned.iter().map(|plan| (plan.key.clone(), plan.generation)).collect();
+    keys.sort();
+    keys
 }
 
 async fn run_decoder(inner: Arc<Inner>, mut fetched: mpsc::UnboundedReceiver<Fetched>) {

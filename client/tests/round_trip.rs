@@ -306,3 +306,27 @@ async fn a_consumer_of_more_partitions_than_calls_in_flight_reads_them_all() {
     }
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seek_does_not_wait_for_the_pending_long_poll() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("seeky", 1)).await.unwrap();
+    let producer = Producer::new(broker.producer_config()).unwrap();
+    for index in 0..3 {
+        producer.send(ProducerRecord::new("seeky", format!("old-{index}"))).await.unwrap().await.unwrap();
+    }
+    // Long polls of 30 s: longer than `consume` waits (10 s), so only a seek that
+    // drops the pending poll can deliver in time.
+    let config = client::ConsumerConfig { fetch_max_wait: Duration::from_secs(30), ..broker.consumer_config() };
+    let consumer = Consumer::new(config).unwrap();
+    consumer.assign(&[("seeky".to_owned(), 0)]).await.unwrap();
+    consumer.seek("seeky", 0, Offset::End).unwrap();
+    wait_until("the end is resolved", || async { consumer.position("seeky", 0) == Some(3) }).await;
+    assert!(consumer.poll(Duration::from_millis(100)).await.unwrap().is_empty(), "a long poll is waiting at the end");
+    consumer.seek("seeky", 0, Offset::Beginning).unwrap();
+    let records = consume(&consumer, 3).await;
+    let offsets: Vec<i64> = records.iter().map(|record| record.offset).collect();
+    assert_eq!(offsets, [0, 1, 2]);
+    broker.stop().await;
+}
