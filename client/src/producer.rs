@@ -95,6 +95,9 @@ struct State {
     /// the broker handed one out, and again after a failure left a partition's
     /// sequence in doubt (a fresh id restarts every sequence at 0).
     producer: Option<(i64, i16)>,
+    /// After a failed producer-id request: when to ask again, and the next pause.
+    producer_id_retry_at: Option<Instant>,
+    producer_id_backoff: Duration,
     closed: bool,
 }
 
@@ -399,25 +402,74 @@ impl Inner {
         self.space.notify_waiters();
     }
 
-    /// Gets a producer id from the broker when the producer needs one.
-    async fn ensure_producer_id(&self) {
-        if !self.idempotent() || self.lock().producer.is_some() {
-            return;
-        }
-        let mut backoff = self.config.common.retry_backoff;
-        loop {
-            match self.init_producer_id().await {
-                Ok(producer) => {
-                    self.lock().producer = Some(producer);
-                    return;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "cannot get a producer id; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(self.config.common.retry_backoff_max);
-                }
+    /// Asks the broker for a producer id when the producer needs one (one
+    /// attempt, bounded by `request_timeout`; after a failure, not again before
+    /// the backoff passed). Returns when to try again, if it failed.
+    async fn ensure_producer_id(&self) -> Option<Instant> {
+        {
+            let state = self.lock();
+            if !self.idempotent() || state.producer.is_some() {
+                return None;
+            }
+            if let Some(retry_at) = state.producer_id_retry_at.filter(|retry_at| *retry_at > Instant::now()) {
+                return Some(retry_at);
             }
         }
+        let timeout = self.config.common.request_timeout;
+        let outcome = match tokio::time::timeout(timeout, self.init_producer_id()).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                Err(ClientError::Timeout { operation: "init producer id", timeout_ms: timeout.as_millis() as u64 })
+            }
+        };
+        let mut state = self.lock();
+        match outcome {
+            Ok(producer) => {
+                state.producer = Some(producer);
+                state.producer_id_retry_at = None;
+                state.producer_id_backoff = Duration::ZERO;
+                None
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot get a producer id; retrying");
+                let backoff = state.producer_id_backoff.max(self.config.common.retry_backoff);
+                state.producer_id_backoff = (backoff * 2).min(self.config.common.retry_backoff_max);
+                let retry_at = Instant::now() + backoff;
+                state.producer_id_retry_at = Some(retry_at);
+                Some(retry_at)
+            }
+        }
+    }
+
+    /// Fails queued batches older than `delivery_timeout` (they can wait that long
+    /// only while no producer id can be had). Returns when the next one expires.
+    fn expire_queued(&self, now: Instant) -> Option<Instant> {
+        let timeout = self.config.delivery_timeout;
+        let mut expired = Vec::new();
+        let mut next_expiry: Option<Instant> = None;
+        {
+            let mut state = self.lock();
+            for queue in state.queues.values_mut() {
+                let (late, kept): (VecDeque<Batch>, VecDeque<Batch>) =
+                    queue.ready.drain(..).partition(|batch| batch.created + timeout <= now);
+                queue.ready = kept;
+                if queue.open.as_ref().is_some_and(|open| open.created + timeout <= now) {
+                    expired.extend(queue.open.take());
+                }
+                expired.extend(late);
+                for batch in queue.open.iter().chain(queue.ready.iter()) {
+                    let expiry = batch.created + timeout;
+                    next_expiry = Some(next_expiry.map_or(expiry, |next| next.min(expiry)));
+                }
+            }
+            state.buffered_bytes -= expired.iter().map(|batch| batch.buffered_bytes).sum::<usize>();
+        }
+        for batch in expired {
+            let error = ClientError::Timeout { operation: "produce", timeout_ms: timeout.as_millis() as u64 };
+            batch.outcome.send_replace(Some(Err(error)));
+        }
+        self.space.notify_waiters();
+        next_expiry
     }
 
     async fn init_producer_id(&self) -> Result<(i64, i16), ClientError> {
@@ -487,11 +539,20 @@ async fn run_sender(inner: Arc<Inner>) {
         if inner.lock().closed && inner.is_idle() {
             return;
         }
-        inner.ensure_producer_id().await;
-        let (sendable, next_due) = inner.take_sendable(Instant::now());
+        let mut next_due = None;
+        if let Some(retry_at) = inner.ensure_producer_id().await {
+            // No producer id: nothing can be sent; batches wait until they expire.
+            let next_expiry = inner.expire_queued(Instant::now());
+            next_due = Some(next_expiry.map_or(retry_at, |expiry| expiry.min(retry_at)));
+        }
+        let (sendable, next_linger) = inner.take_sendable(Instant::now());
         for (topic_partition, batch, fields) in sendable {
             tokio::spawn(send_batch(inner.clone(), topic_partition, batch, fields));
         }
+        let next_due = match (next_due, next_linger) {
+            (Some(due), Some(linger)) => Some(due.min(linger)),
+            (due, linger) => due.or(linger),
+        };
         match next_due {
             Some(due) => {
                 tokio::select! {
@@ -538,8 +599,9 @@ fn sequence_repair(error: &ClientError, fields: ProducerFields) -> SequenceRepai
 /// Seals and sends one batch, retrying as the module docs describe.
 async fn send_batch(inner: Arc<Inner>, topic_partition: TopicPartition, batch: Batch, fields: ProducerFields) {
     let Batch { writer, created, buffered_bytes, outcome: outcome_sender, .. } = batch;
-    let outcome = deliver(&inner, &topic_partition, writer, created, fields).await;
+    let (outcome, maybe_stored) = deliver(&inner, &topic_partition, writer, created, fields).await;
     let repair = match &outcome {
+        Err(_) if fields.producer_id >= 0 && maybe_stored => Some(SequenceRepair::NewProducerId(fields)),
         Err(error) if fields.producer_id >= 0 => Some(sequence_repair(error, fields)),
         _ => None,
     };
@@ -547,20 +609,31 @@ async fn send_batch(inner: Arc<Inner>, topic_partition: TopicPartition, batch: B
     inner.finish_batch(&topic_partition, buffered_bytes, repair);
 }
 
+/// Sends until acknowledged, refused, or out of time. Also says whether an
+/// earlier attempt may have stored the batch (it failed in a way that leaves
+/// that open), which decides how a final failure repairs sequences.
 async fn deliver(
     inner: &Inner,
     topic_partition: &TopicPartition,
     writer: BatchWriter,
     created: Instant,
     fields: ProducerFields,
-) -> Result<i64, ClientError> {
+) -> (Result<i64, ClientError>, bool) {
     let sealed = writer.finish(fields, inner.config.compression);
-    let bytes = Arc::new(sealed.map_err(|error| ClientError::InvalidArgument(error.to_string()))?);
+    let bytes = match sealed {
+        Ok(bytes) => Arc::new(bytes),
+        Err(error) => return (Err(ClientError::InvalidArgument(error.to_string())), false),
+    };
     let deadline = created + inner.config.delivery_timeout;
     let mut backoff = inner.config.common.retry_backoff;
+    let mut maybe_stored = false;
     loop {
-        match inner.produce_once(topic_partition, &bytes).await {
-            Ok(base_offset) => return Ok(base_offset),
+        let attempt = inner.produce_once(topic_partition, &bytes).await;
+        if let Err(error) = &attempt {
+            maybe_stored |= matches!(sequence_repair(error, fields), SequenceRepair::NewProducerId(_));
+        }
+        match attempt {
+            Ok(base_offset) => return (Ok(base_offset), maybe_stored),
             // acks=0 is fire and forget: one attempt.
             Err(error)
                 if error.is_retriable() && inner.config.acks != Acks::None && Instant::now() + backoff < deadline =>
@@ -570,7 +643,7 @@ async fn deliver(
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(inner.config.common.retry_backoff_max);
             }
-            Err(error) => return Err(error),
+            Err(error) => return (Err(error), maybe_stored),
         }
     }
 }

@@ -330,3 +330,33 @@ async fn a_seek_does_not_wait_for_the_pending_long_poll() {
     assert_eq!(offsets, [0, 1, 2]);
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_fail_after_the_delivery_timeout_while_the_broker_is_down() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("outage", 1)).await.unwrap();
+    let config = ProducerConfig {
+        delivery_timeout: Duration::from_millis(500),
+        linger: Duration::ZERO,
+        batch_bytes_max: 1, // one record per batch
+        ..broker.producer_config()
+    };
+    let producer = Producer::new(config).unwrap();
+    producer.send(ProducerRecord::new("outage", "before")).await.unwrap().await.unwrap();
+    broker.stop().await;
+
+    // The first failure leaves the batch's fate in doubt, so the producer drops its
+    // id; the next record then waits for an id nobody can give, and must still
+    // fail when its delivery timeout passes instead of hanging flush and close.
+    let first = producer.send(ProducerRecord::new("outage", "lost-1")).await.unwrap();
+    // Queued behind the first (one request in flight per partition).
+    let second = producer.send(ProducerRecord::new("outage", "lost-2").partition(0)).await.unwrap();
+    assert!(first.await.is_err());
+    let flushed = tokio::time::timeout(Duration::from_secs(20), producer.flush()).await;
+    assert!(flushed.is_ok(), "flush returned");
+    let second = second.await;
+    assert!(matches!(second, Err(client::ClientError::Timeout { .. })), "{second:?}");
+    let closed = tokio::time::timeout(Duration::from_secs(20), producer.close()).await;
+    assert!(closed.is_ok(), "close returned");
+}
