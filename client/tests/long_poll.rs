@@ -160,3 +160,26 @@ async fn one_fetch_many_waits_on_every_partition_and_answers_each() {
     assert_eq!(answers[3], Err(client::ErrorCode::OffsetOutOfRange));
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_topic_answers_its_waiting_fetches() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("short-lived", 1)).await.unwrap();
+    let connection = broker.connect().await;
+    let waiting = tokio::spawn({
+        let connection = connection.clone();
+        async move { fetch_raw(&connection, Fetch::at("short-lived", 0, 0).waiting(30_000)).await }
+    });
+    assert!(metadata_raw(&connection).await.is_ok(), "the fetch is waiting");
+    let started = Instant::now();
+    admin.delete_topic("short-lived").await.unwrap();
+    let answer = waiting.await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10), "answered at the deletion, not after max_wait");
+    assert!(
+        matches!(answer, Err(ClientError::Broker { code: client::ErrorCode::UnknownTopicOrPartition, .. })),
+        "{answer:?}"
+    );
+    broker.stop().await;
+}

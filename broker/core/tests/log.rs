@@ -133,6 +133,30 @@ fn clean_close_reopens_without_scanning_and_keeps_everything() {
 }
 
 #[test]
+fn retention_never_deletes_records_at_or_above_the_limit() {
+    let storage = MemStorage::new();
+    let config = LogConfig { retention_ms: Some(1000), ..small_config() };
+    let mut log = open(&storage, &config).unwrap();
+    for index in 0..100i64 {
+        log.append(&mut batch(&[(index, value(index as usize))]), 0).unwrap();
+    }
+    let segments = log.segment_base_offsets();
+    assert!(segments.len() >= 3, "{segments:?}");
+    // Every record is long expired, but only those below offset `limit` are committed.
+    let limit = segments[1] + 1;
+    log.apply_retention_below(1_000_000, limit).unwrap().expect("committed old segments go").delete().unwrap();
+    assert_eq!(log.log_start_offset(), segments[1], "only segments ending at or below the limit went");
+    assert!(log.apply_retention_below(1_000_000, limit).unwrap().is_none());
+    // Offset 99 is not committed: everything before the active segment goes, the
+    // active segment (which holds 99) is not rolled away.
+    log.apply_retention_below(1_000_000, 99).unwrap().expect("closed segments go").delete().unwrap();
+    assert_eq!(log.log_start_offset(), *segments.last().unwrap());
+    assert_eq!(log.log_end_offset(), 100);
+    log.apply_retention_below(1_000_000, 100).unwrap().expect("now all is committed").delete().unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (100, 100));
+}
+
+#[test]
 fn retention_deletes_whole_old_segments_and_moves_the_log_start() {
     let storage = MemStorage::new();
     let config = LogConfig { retention_ms: Some(1000), ..small_config() };

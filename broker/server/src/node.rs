@@ -42,7 +42,7 @@ const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;
 /// How much of each partition's log tail is scanned at start-up to rebuild the
 /// idempotent-producer table (headers only, one small read per batch). A retry of
 /// a batch older than this is not recognised as a duplicate.
-const PRODUCER_STATE_REBUILD_BYTES_MAX: u64 = 1 << 30;
+const PRODUCER_STATE_REBUILD_BYTES_MAX: u64 = 256 << 20;
 /// Produce wait when the request gives no timeout.
 const PRODUCE_TIMEOUT_MS_DEFAULT: u32 = 30_000;
 
@@ -584,6 +584,9 @@ impl Node {
                         budget => {
                             let (_, size_bytes, log_start_offset, high_watermark) =
                                 partition.read_committed_prefix(offset, budget, buffer)?;
+                            // A first batch bigger than what is left of the total is only
+                            // sent when nothing else is (so a consumer always progresses).
+                            let size_bytes = if size_bytes > budget && total > 0 { 0 } else { size_bytes };
                             (size_bytes, log_start_offset, high_watermark)
                         }
                     };
@@ -663,14 +666,18 @@ impl Slot {
 /// The idempotent-producer table as the log's tail left it (the table itself is
 /// kept in memory only).
 fn rebuild_producer_states(partition: &Partition) -> Result<ProducerStates, ApiError> {
-    let headers = partition.with_log(|log| log.tail_batch_headers(PRODUCER_STATE_REBUILD_BYTES_MAX))?;
     let mut producers = ProducerStates::new(PRODUCERS_PER_PARTITION_MAX);
-    for header in &headers {
-        use abi::batch::field;
-        let producer_id = i64::from_be_bytes(header_field(header, field::PRODUCER_ID));
-        if producer_id < 0 {
-            continue;
-        }
+    partition.with_log(|log| {
+        log.visit_tail_batch_headers(PRODUCER_STATE_REBUILD_BYTES_MAX, |header| replay_header(&mut producers, header))
+    })?;
+    Ok(producers)
+}
+
+/// Records one stored batch header in the producer table (if it has a producer).
+fn replay_header(producers: &mut ProducerStates, header: &[u8; abi::batch::BATCH_HEADER_BYTES]) {
+    use abi::batch::field;
+    let producer_id = i64::from_be_bytes(header_field(header, field::PRODUCER_ID));
+    if producer_id >= 0 {
         let batch = ProducerBatch {
             producer_id,
             producer_epoch: i16::from_be_bytes(header_field(header, field::PRODUCER_EPOCH)),
@@ -680,7 +687,6 @@ fn rebuild_producer_states(partition: &Partition) -> Result<ProducerStates, ApiE
         let base_offset = i64::from_be_bytes(header_field(header, field::BASE_OFFSET)).max(0) as u64;
         producers.record(&batch, base_offset, base_offset + batch.last_offset_delta.max(0) as u64);
     }
-    Ok(producers)
 }
 
 /// `N` bytes of a batch header at `at` (a field of `abi::batch::field`).

@@ -88,6 +88,8 @@ struct Shared {
     flush_round_count: AtomicU64,
     /// Wall-clock start of the last flush round (drives `flush.ms`).
     last_flush_ms: AtomicI64,
+    /// Set by `close`: waiters on the high watermark stop waiting.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// Locks, carrying on past poisoning: every guarded value here stays consistent
@@ -128,6 +130,7 @@ impl Partition {
             flusher,
             flush_round_count: AtomicU64::new(0),
             last_flush_ms: AtomicI64::new(crate::log_dir::now_ms()),
+            closed: std::sync::atomic::AtomicBool::new(false),
         };
         Ok(Partition { shared: Arc::new(shared) })
     }
@@ -201,7 +204,9 @@ impl Partition {
     /// the high watermark then.
     pub async fn wait_high_watermark_above(&self, offset: u64, deadline: tokio::time::Instant) -> u64 {
         let mut receiver = self.shared.high_watermark.subscribe();
-        let waited = tokio::time::timeout_at(deadline, receiver.wait_for(|high_watermark| *high_watermark > offset));
+        let closed = &self.shared.closed;
+        let advanced = |high_watermark: &u64| *high_watermark > offset || closed.load(Ordering::Relaxed);
+        let waited = tokio::time::timeout_at(deadline, receiver.wait_for(advanced));
         // Timed out, closed or reached: the current value answers all three.
         let _ = waited.await;
         self.high_watermark()
@@ -407,7 +412,9 @@ impl Partition {
     /// Applies retention at `now_ms`; deletes the retired files without the lock.
     /// Returns how many segments and bytes went.
     pub fn apply_retention(&self, now_ms: i64) -> Result<(usize, u64), LogError> {
-        let Some(retired) = self.with_log_mut(|log| log.apply_retention(now_ms))? else { return Ok((0, 0)) };
+        let high_watermark = self.high_watermark();
+        let retiring = self.with_log_mut(|log| log.apply_retention_below(now_ms, high_watermark))?;
+        let Some(retired) = retiring else { return Ok((0, 0)) };
         let (segment_count, size_bytes) = (retired.segment_count, retired.size_bytes);
         retired.delete()?;
         Ok((segment_count, size_bytes))
@@ -417,6 +424,9 @@ impl Partition {
     /// Every later call on any clone fails with "closed".
     pub fn close(&self) -> Result<(), LogError> {
         let Some(mut log) = lock(&self.shared.log).take() else { return Ok(()) };
+        // Long polls waiting on this partition answer now (their next read fails).
+        self.shared.closed.store(true, Ordering::Relaxed);
+        self.shared.high_watermark.send_modify(|_| {});
         let flushed = log.flush();
         self.publish(flushed);
         log.close()

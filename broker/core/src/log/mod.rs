@@ -175,19 +175,22 @@ impl Log {
         self.segments.iter().map(|segment| segment.base_offset).collect()
     }
 
-    /// The raw headers (first [`abi::batch::BATCH_HEADER_BYTES`] bytes) of the
-    /// batches in the newest segments holding at least the last `bytes_max` bytes
-    /// of the log, oldest first. Reads headers only (one small read per batch):
-    /// owners rebuild per-batch state from it at start-up, e.g. the
-    /// idempotent-producer table.
-    pub fn tail_batch_headers(&self, bytes_max: u64) -> Result<Vec<[u8; abi::batch::BATCH_HEADER_BYTES]>, LogError> {
+    /// Calls `visit` with the raw header (first [`abi::batch::BATCH_HEADER_BYTES`]
+    /// bytes) of every batch in the newest segments holding at least the last
+    /// `bytes_max` bytes of the log, oldest first. Reads headers only (one small
+    /// read per batch) and keeps nothing: owners rebuild per-batch state from it at
+    /// start-up, e.g. the idempotent-producer table.
+    pub fn visit_tail_batch_headers(
+        &self,
+        bytes_max: u64,
+        mut visit: impl FnMut(&[u8; abi::batch::BATCH_HEADER_BYTES]),
+    ) -> Result<(), LogError> {
         let mut first = self.segments.len();
         let mut covered = 0;
         while first > 0 && covered < bytes_max {
             first -= 1;
             covered += self.segments[first].size_bytes;
         }
-        let mut headers = Vec::new();
         for segment in self.segments.iter().skip(first) {
             let mut position = 0;
             while position < segment.size_bytes {
@@ -196,11 +199,11 @@ impl Log {
                 let Some(parsed) = header::BatchHeader::parse(&header) else {
                     return Err(segment.corrupt(position, "unreadable batch header below the log end".to_owned()));
                 };
-                headers.push(header);
+                visit(&header);
                 position += parsed.size_bytes;
             }
         }
-        Ok(headers)
+        Ok(())
     }
 
     /// What opening the log found and repaired.
@@ -515,13 +518,26 @@ impl Log {
     /// active segment first). The log start offset moves at once; the files go when
     /// the caller runs [`RetiredSegments::delete`].
     pub fn apply_retention(&mut self, now_ms: i64) -> Result<Option<RetiredSegments>, LogError> {
+        self.apply_retention_below(now_ms, u64::MAX)
+    }
+
+    /// [`Log::apply_retention`], retiring only segments whose records all lie
+    /// below `offset_limit` (the high watermark: records not yet committed are
+    /// never deleted, whatever timestamps their producers gave them).
+    pub fn apply_retention_below(
+        &mut self,
+        now_ms: i64,
+        offset_limit: u64,
+    ) -> Result<Option<RetiredSegments>, LogError> {
         self.check_not_fenced()?;
         let summaries: Vec<SegmentSummary> = self
             .segments
             .iter()
             .map(|segment| SegmentSummary { size_bytes: segment.size_bytes, max_timestamp: segment.max_timestamp })
             .collect();
-        let count = deletable_prefix(&summaries, &self.config, now_ms);
+        let deletable = deletable_prefix(&summaries, &self.config, now_ms);
+        let below_limit = self.segments.iter().take_while(|segment| segment.next_offset <= offset_limit).count();
+        let count = deletable.min(below_limit);
         if count == 0 {
             return Ok(None);
         }
