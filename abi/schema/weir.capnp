@@ -73,8 +73,9 @@ interface Admin {
 
 enum Acks {
   none @0;               # acks=0: answered at once
-  leader @1;             # acks=1: after the leader's durable append
-  all @2;                # acks=all: after every in-sync replica has it durably
+  leader @1;             # acks=1: after the leader's append is durable as the topic's
+                         # flush.policy defines it (always: fdatasync'ed; interval: in the page cache)
+  all @2;                # acks=all: the same on every in-sync replica
 }
 
 struct ProduceRequest {

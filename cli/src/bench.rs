@@ -60,8 +60,8 @@ pub struct ProduceBench {
     /// 0, 1 or all.
     #[arg(long, default_value = "1", value_parser = parse_acks)]
     acks: Acks,
-    /// Durability to measure: sets the topic's flush.policy (also on an existing
-    /// topic) [default: page-cache for acks 0/1, fsync for all].
+    /// Durability to measure: the flush.policy of the topic it creates (an existing
+    /// topic must already have it) [default: page-cache for acks 0/1, fsync for all].
     #[arg(long, value_enum)]
     durability: Option<Durability>,
     /// Producer batch size in bytes (`batch.size`).
@@ -184,7 +184,17 @@ async fn ensure_topic(admin: &Admin, bench: &ProduceBench, durability: Durabilit
     match admin.create_topic(topic).await {
         Ok(()) => Ok(()),
         Err(ClientError::Broker { code: ErrorCode::TopicAlreadyExists, .. }) => {
-            admin.alter_topic_config(&bench.topic, vec![("flush.policy".to_owned(), flush_policy.to_owned())]).await?;
+            // Never change an existing topic behind its owner's back.
+            let description = admin.describe_topic(&bench.topic).await?;
+            let current =
+                description.configs.iter().find(|(key, _)| key == "flush.policy").map(|(_, value)| value.as_str());
+            anyhow::ensure!(
+                current == Some(flush_policy),
+                "topic {} exists with flush.policy={}, but this run measures flush.policy={flush_policy}; \
+                 pass another --topic (or --durability to match)",
+                bench.topic,
+                current.unwrap_or("?")
+            );
             Ok(())
         }
         Err(error) => Err(error.into()),

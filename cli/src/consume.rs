@@ -24,7 +24,8 @@ pub struct ConsumeArgs {
     /// Stop when no record arrived for this long (default: wait forever).
     #[arg(long)]
     timeout_ms: Option<u64>,
-    /// Consume as a member of this consumer group.
+    /// Consume as a member of this consumer group (not available yet: consumer
+    /// groups come next; the command says so and exits).
     #[arg(long)]
     group: Option<String>,
     #[command(flatten)]

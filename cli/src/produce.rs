@@ -32,6 +32,20 @@ pub struct ProduceArgs {
     client: ClientArgs,
 }
 
+/// Records sent but not yet counted.
+const DELIVERIES_IN_FLIGHT_MAX: usize = 100_000;
+
+fn count(
+    outcome: Result<client::RecordMetadata, client::ClientError>,
+    acknowledged: &mut usize,
+    failures: &mut Vec<String>,
+) {
+    match outcome {
+        Ok(_) => *acknowledged += 1,
+        Err(error) => failures.push(error.to_string()),
+    }
+}
+
 fn parse_acks(value: &str) -> Result<Acks, String> {
     Acks::parse(value).ok_or_else(|| format!("expected 0, 1 or all, got {value:?}"))
 }
@@ -39,7 +53,8 @@ fn parse_acks(value: &str) -> Result<Acks, String> {
 pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     let config = ProducerConfig { common: args.client.common(), acks: args.acks, ..ProducerConfig::default() };
     let producer = Producer::new(config)?;
-    let mut deliveries = Vec::new();
+    let (mut acknowledged, mut failures) = (0usize, Vec::new());
+    let mut deliveries = std::collections::VecDeque::new();
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
         let line = line.context("reading stdin")?;
@@ -56,15 +71,18 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         record.partition = args.partition;
         record.headers =
             args.headers.iter().map(|(key, value)| (key.clone(), Some(value.clone().into_bytes()))).collect();
-        deliveries.push(producer.send(record).await?);
+        deliveries.push_back(producer.send(record).await?);
+        // Count acknowledgements as they come: a bounded window, not one future
+        // per line of a long input.
+        while deliveries.len() > DELIVERIES_IN_FLIGHT_MAX {
+            if let Some(delivery) = deliveries.pop_front() {
+                count(delivery.await, &mut acknowledged, &mut failures);
+            }
+        }
     }
     producer.flush().await;
-    let (mut acknowledged, mut failures) = (0usize, Vec::new());
     for delivery in deliveries {
-        match delivery.await {
-            Ok(_) => acknowledged += 1,
-            Err(error) => failures.push(error.to_string()),
-        }
+        count(delivery.await, &mut acknowledged, &mut failures);
     }
     print(args.client.format, json!({"acknowledged": acknowledged, "failed": failures.len()}), || {
         format!("{acknowledged} record(s) acknowledged")

@@ -18,7 +18,8 @@ pub const DEFAULT_BOOTSTRAP_SERVERS: &str = "127.0.0.1:9292";
 pub enum Acks {
     /// Fire and forget: no offset comes back, nothing is retried.
     None,
-    /// After the leader's durable append.
+    /// After the leader's append is durable as the topic's `flush.policy` says
+    /// (`always`: fdatasync'ed; `interval`: in the page cache).
     Leader,
     /// After every in-sync replica's durable append (the default).
     All,

@@ -51,7 +51,8 @@ const PRODUCE_TIMEOUT_MS_DEFAULT: u32 = 30_000;
 pub enum Acks {
     /// At once, after the append (the answer carries no offset).
     None,
-    /// After the leader's durable append.
+    /// After the leader's append is durable as the topic's `flush.policy` says
+    /// (`always`: fdatasync'ed; `interval`: in the page cache).
     Leader,
     /// After every in-sync replica's durable append (the leader alone, on one node).
     All,
