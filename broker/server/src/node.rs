@@ -533,25 +533,26 @@ impl Node {
 
     /// Reads committed batches from `offset` into the start of `buffer` (which only
     /// grows, so a reused buffer is never zeroed again), waiting up to
-    /// `max_wait_ms` for at least `min_bytes`.
+    /// `max_wait_ms` for at least `min_bytes`: [`Node::fetch_many`] of one partition.
     pub async fn fetch(&self, request: FetchRequest<'_>, buffer: &mut Vec<u8>) -> Result<Fetched, ApiError> {
-        let (topic, index) = self.slot(request.topic, request.partition)?;
-        let (partition, _) = topic.slots[index].online()?;
-        let offset = u64::try_from(request.offset).map_err(|_| {
-            ApiError::new(ErrorCode::OffsetOutOfRange, format!("offset {} is negative", request.offset))
-        })?;
-        let max_bytes = request.max_bytes.clamp(1, self.limits.fetch_bytes_max) as usize;
-        let max_wait = Duration::from_millis(request.max_wait_ms.min(self.limits.fetch_wait_ms_max) as u64);
-        let deadline = tokio::time::Instant::now() + max_wait;
-        loop {
-            let (_, size_bytes, log_start_offset, high_watermark) =
-                partition.read_committed_prefix(offset, max_bytes, buffer)?;
-            if size_bytes >= request.min_bytes as usize || tokio::time::Instant::now() >= deadline {
-                let (high_watermark, log_start_offset) = (high_watermark as i64, log_start_offset as i64);
-                return Ok(Fetched { size_bytes, high_watermark, log_start_offset });
-            }
-            partition.wait_high_watermark_above(high_watermark, deadline).await;
-        }
+        let partition = PartitionFetch {
+            topic: request.topic.to_owned(),
+            partition: request.partition,
+            offset: request.offset,
+            max_bytes: request.max_bytes,
+        };
+        let mut buffers = vec![std::mem::take(buffer)];
+        let answers = self
+            .fetch_many(
+                std::slice::from_ref(&partition),
+                request.min_bytes,
+                request.max_wait_ms,
+                request.max_bytes,
+                &mut buffers,
+            )
+            .await;
+        *buffer = buffers.pop().unwrap_or_default();
+        answers.into_iter().next().expect("fetch_many answers every partition it is given")
     }
 
     /// Reads committed batches of several partitions, partition `i` into the start

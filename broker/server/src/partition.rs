@@ -260,24 +260,11 @@ impl Partition {
         plan.read_into(buffer)
     }
 
-    /// Like [`Partition::read`] but only below the high watermark (what consumers
-    /// may see). Returns what was read and the log start offset and high watermark
-    /// the read saw.
-    pub fn read_committed(
-        &self,
-        offset: u64,
-        max_bytes: usize,
-        buffer: &mut Vec<u8>,
-    ) -> Result<(ReadInfo, u64, u64), LogError> {
-        let (info, kept_bytes, log_start_offset, high_watermark) =
-            self.read_committed_prefix(offset, max_bytes, buffer)?;
-        buffer.truncate(kept_bytes);
-        Ok((info, log_start_offset, high_watermark))
-    }
-
-    /// [`Partition::read_committed`] without shrinking `buffer` (see
-    /// `ReadPlan::read_into_prefix`): returns the read, how many leading bytes of
-    /// `buffer` hold it, the log start offset and the high watermark.
+    /// Reads whole batches from `offset` like [`Partition::read`], but only below
+    /// the high watermark (what consumers may see), into the start of `buffer`
+    /// without shrinking it (see `ReadPlan::read_into_prefix`). Returns the read,
+    /// how many leading bytes of `buffer` hold it, the log start offset and the
+    /// high watermark the read saw.
     pub fn read_committed_prefix(
         &self,
         offset: u64,
