@@ -88,6 +88,20 @@ error_codes! {
     ResourceExhausted = 20, retriable: true;
     /// The batch uses a compression codec this broker does not support.
     UnsupportedCompression = 21, retriable: false;
+    /// The group has no member with this id (it left, or was fenced after its session timed out).
+    UnknownMemberId = 22, retriable: false;
+    /// The member's epoch is older than the coordinator's: it was fenced; rejoin.
+    FencedMemberEpoch = 23, retriable: false;
+    /// A commit or request carries an epoch that is not the member's current one.
+    StaleMemberEpoch = 24, retriable: false;
+    /// No such consumer group.
+    GroupIdNotFound = 25, retriable: false;
+    /// The group still has members (it cannot be deleted or reset now).
+    NonEmptyGroup = 26, retriable: false;
+    /// The group id is empty or too long.
+    InvalidGroupId = 27, retriable: false;
+    /// Another member with the same `group.instance.id` is active.
+    UnreleasedInstanceId = 28, retriable: false;
 }
 
 impl ErrorCode {
@@ -134,7 +148,14 @@ mod tests {
 18 InvalidProducerEpoch false
 19 NotEnoughReplicas true
 20 ResourceExhausted true
-21 UnsupportedCompression false";
+21 UnsupportedCompression false
+22 UnknownMemberId false
+23 FencedMemberEpoch false
+24 StaleMemberEpoch false
+25 GroupIdNotFound false
+26 NonEmptyGroup false
+27 InvalidGroupId false
+28 UnreleasedInstanceId false";
         assert_eq!(table.join("\n"), expected);
     }
 
