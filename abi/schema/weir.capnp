@@ -67,6 +67,10 @@ interface Admin {
   listTopics @2 () -> (names :List(Text));
   describeTopic @3 (name :Text) -> (description :TopicDescription, error :Error);
   alterTopicConfig @4 (name :Text, configs :List(ConfigEntry)) -> (error :Error);
+  listGroups @5 () -> (groups :List(GroupListing));
+  describeGroup @6 (groupId :Text) -> (description :GroupDescription, error :Error);
+  deleteGroup @7 (groupId :Text) -> (error :Error);
+  resetOffsets @8 (groupId :Text, offsets :List(OffsetCommitEntry)) -> (error :Error);   # group must be empty
 }
 
 # ---- produce ----
@@ -136,6 +140,73 @@ struct FetchManyRequest {
   maxBytes @3 :UInt32;       # total over all partitions (the broker caps it too)
 }
 
+# ---- consumer groups (server-side assignment, KIP-848 style) ----
+
+struct TopicPartition {
+  topic @0 :Text;
+  partition @1 :Int32;
+}
+
+struct GroupHeartbeatRequest {
+  groupId @0 :Text;
+  memberId @1 :Text;             # empty to join (the coordinator picks one)
+  instanceId @2 :Text;           # group.instance.id (static membership); empty = none
+  memberEpoch @3 :Int32;         # 0 = join, -1 = leave, else the last epoch received
+  subscribedTopics @4 :List(Text);
+  subscriptionChanged @5 :Bool;  # false: subscribedTopics is ignored (unchanged)
+  assignor @6 :Text;             # for a new group; empty = the broker's default
+  owned @7 :List(TopicPartition);
+  ownedReported @8 :Bool;        # false: owned is ignored (unchanged)
+  sessionTimeoutMs @9 :UInt32;   # 0 = the broker's default
+}
+
+struct GroupHeartbeatResponse {
+  memberId @0 :Text;
+  memberEpoch @1 :Int32;
+  heartbeatIntervalMs @2 :UInt32;
+  assignment @3 :List(TopicPartition);   # everything the member should own now
+  error @4 :Error;
+}
+
+struct OffsetCommitEntry {
+  topic @0 :Text;
+  partition @1 :Int32;
+  offset @2 :Int64;              # the next offset to read
+  metadata @3 :Text;
+}
+
+struct CommittedOffset {
+  topic @0 :Text;
+  partition @1 :Int32;
+  offset @2 :Int64;
+  metadata @3 :Text;
+  commitTimestampMs @4 :Int64;
+}
+
+struct GroupMemberDescription {
+  memberId @0 :Text;
+  instanceId @1 :Text;
+  memberEpoch @2 :Int32;
+  subscribedTopics @3 :List(Text);
+  assigned @4 :List(TopicPartition);
+  target @5 :List(TopicPartition);
+}
+
+struct GroupDescription {
+  groupId @0 :Text;
+  state @1 :Text;                # Empty, Reconciling, Stable
+  groupEpoch @2 :Int32;
+  assignor @3 :Text;
+  members @4 :List(GroupMemberDescription);
+  offsets @5 :List(CommittedOffset);
+}
+
+struct GroupListing {
+  groupId @0 :Text;
+  state @1 :Text;
+  memberCount @2 :UInt32;
+}
+
 # ---- offsets and producers ----
 
 struct OffsetQuery {
@@ -160,4 +231,7 @@ interface Broker {
   listOffset @4 (topic :Text, partition :Int32, query :OffsetQuery) -> (offset :Int64, timestampMs :Int64, error :Error);
   initProducerId @5 () -> (id :ProducerId, error :Error);
   fetchMany @6 (request :FetchManyRequest) -> (partitions :List(PartitionData));   # in request order
+  groupHeartbeat @7 (request :GroupHeartbeatRequest) -> (response :GroupHeartbeatResponse);
+  commitOffsets @8 (groupId :Text, memberId :Text, memberEpoch :Int32, offsets :List(OffsetCommitEntry)) -> (error :Error);
+  fetchOffsets @9 (groupId :Text, partitions :List(TopicPartition)) -> (offsets :List(CommittedOffset), error :Error);   # empty list = all
 }

@@ -57,6 +57,7 @@
 pub mod config;
 pub mod error;
 pub mod flusher;
+pub mod groups;
 pub mod log_dir;
 pub mod metadata_store;
 pub mod node;

@@ -31,9 +31,15 @@ use broker_core::producer_state::{ProducerBatch, ProducerStates, SequenceCheck};
 
 use crate::config::{BrokerConfig, Limits};
 use crate::error::ApiError;
+use crate::groups::{GroupCoordinators, CONSUMER_OFFSETS_PARTITIONS, CONSUMER_OFFSETS_TOPIC};
 use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, PartitionDirFate};
 use crate::metadata_store::{MetadataError, MetadataStore, TopicRecord, PRODUCER_ID_BLOCK_SIZE};
 use crate::partition::{lock, Partition};
+use broker_core::group::assignor::TopicPartition as GroupPartition;
+use broker_core::group::coordinator::{
+    CommitRequest, CoordinatorConfig, GroupDescription, GroupState, HeartbeatRequest, HeartbeatResponse,
+};
+use broker_core::group::record::OffsetValue;
 
 /// Leader epoch of every partition until the controller hands out epochs.
 const LEADER_EPOCH: i32 = 0;
@@ -199,6 +205,8 @@ pub struct Node {
     metadata: Mutex<MetadataStore>,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     producer_ids: Mutex<ProducerIdBlock>,
+    /// Set once by `open`.
+    groups: Option<GroupCoordinators>,
 }
 
 impl Node {
@@ -239,7 +247,7 @@ impl Node {
             topics.insert(name.clone(), Arc::new(Topic { slots }));
         }
         let (host, port) = split_host_port(config.advertised_listener.as_deref().unwrap_or(&config.listen));
-        Ok(Node {
+        let mut node = Node {
             broker: BrokerEntry { id: config.broker_id, host, port },
             limits: config.limits.clone(),
             log_defaults: config.log.clone(),
@@ -247,7 +255,85 @@ impl Node {
             metadata: Mutex::new(metadata),
             topics: RwLock::new(topics),
             producer_ids: Mutex::new(ProducerIdBlock::default()),
-        })
+            groups: None,
+        };
+        node.groups = Some(node.load_group_coordinators()?);
+        Ok(node)
+    }
+
+    /// Creates `__consumer_offsets` on first start, then loads a coordinator per
+    /// partition (replaying it).
+    fn load_group_coordinators(&self) -> Result<GroupCoordinators, NodeError> {
+        if !lock(&self.metadata).metadata().topics.contains_key(CONSUMER_OFFSETS_TOPIC) {
+            let configs = [("flush.policy", "always"), ("retention.ms", "-1"), ("segment.bytes", "67108864")]
+                .map(|(key, value)| (key.to_owned(), value.to_owned()));
+            self.create_topic_unchecked(CONSUMER_OFFSETS_TOPIC, CONSUMER_OFFSETS_PARTITIONS, 1, &configs).map_err(
+                |error| NodeError::TopicConfig { topic: CONSUMER_OFFSETS_TOPIC.to_owned(), reason: error.to_string() },
+            )?;
+        }
+        let topic = self.topic(CONSUMER_OFFSETS_TOPIC).map_err(|error| NodeError::TopicConfig {
+            topic: CONSUMER_OFFSETS_TOPIC.to_owned(),
+            reason: error.to_string(),
+        })?;
+        let mut partitions = Vec::new();
+        for slot in &topic.slots {
+            let (partition, _) = slot.online().map_err(|error| NodeError::TopicConfig {
+                topic: CONSUMER_OFFSETS_TOPIC.to_owned(),
+                reason: format!("a partition is offline: {}", error.message),
+            })?;
+            partitions.push(partition.clone());
+        }
+        Ok(GroupCoordinators::load(partitions, &CoordinatorConfig::default())?)
+    }
+
+    fn groups(&self) -> &GroupCoordinators {
+        self.groups.as_ref().expect("Node::open loads the group coordinators before returning")
+    }
+
+    /// Partition count of every topic (the assignors' input).
+    fn partition_counts(&self) -> BTreeMap<String, u32> {
+        self.topics()
+            .iter()
+            .filter(|(name, _)| !is_internal(name))
+            .map(|(name, topic)| (name.clone(), topic.slots.len() as u32))
+            .collect()
+    }
+
+    pub async fn group_heartbeat(&self, request: &HeartbeatRequest) -> Result<HeartbeatResponse, ApiError> {
+        self.groups().heartbeat(request, &self.partition_counts()).await
+    }
+
+    pub async fn commit_offsets(&self, request: &CommitRequest) -> Result<(), ApiError> {
+        self.groups().commit(request).await
+    }
+
+    pub async fn fetch_offsets(
+        &self,
+        group_id: &str,
+        partitions: Option<&[GroupPartition]>,
+    ) -> Result<Vec<(GroupPartition, OffsetValue)>, ApiError> {
+        self.groups().fetch_offsets(group_id, partitions).await
+    }
+
+    pub fn list_groups(&self) -> Vec<(String, GroupState, usize)> {
+        self.groups().list_groups()
+    }
+
+    pub async fn describe_group(&self, group_id: &str) -> Result<GroupDescription, ApiError> {
+        self.groups().describe_group(group_id).await
+    }
+
+    pub async fn delete_group(&self, group_id: &str) -> Result<(), ApiError> {
+        self.groups().delete_group(group_id).await
+    }
+
+    pub async fn reset_group_offsets(&self, group_id: &str, offsets: &[(GroupPartition, i64)]) -> Result<(), ApiError> {
+        self.groups().reset_offsets(group_id, offsets).await
+    }
+
+    /// Fences members whose sessions timed out (called about once a second).
+    pub async fn expire_groups(&self) {
+        self.groups().expire(&self.partition_counts()).await;
     }
 
     /// Sets the address clients are told to use (after binding port 0).
@@ -303,16 +389,24 @@ impl Node {
                 format!("replication factor {replication_factor} needs that many brokers; this cluster has 1");
             return Err(ApiError::new(ErrorCode::InvalidReplicationFactor, message));
         }
+        self.create_topic_unchecked(name, partition_count as u32, replication_factor, configs)
+    }
+
+    /// Creates a topic whose name, partition count and replication factor are
+    /// already checked (or internal).
+    fn create_topic_unchecked(
+        &self,
+        name: &str,
+        partition_count: u32,
+        replication_factor: i16,
+        configs: &[(String, String)],
+    ) -> Result<(), ApiError> {
         let log_config = self.topic_log_config(configs)?;
         let mut metadata = lock(&self.metadata);
         if metadata.metadata().topics.contains_key(name) {
             return Err(ApiError::new(ErrorCode::TopicAlreadyExists, format!("topic {name:?} already exists")));
         }
-        let record = TopicRecord {
-            partition_count: partition_count as u32,
-            replication_factor,
-            configs: configs.iter().cloned().collect(),
-        };
+        let record = TopicRecord { partition_count, replication_factor, configs: configs.iter().cloned().collect() };
         let log_dir = lock(&self.log_dir);
         let log_dir = log_dir.as_ref().ok_or_else(shutting_down)?;
         self.clear_partition_dirs(&mut metadata, log_dir, name, record.partition_count)?;
@@ -356,6 +450,9 @@ impl Node {
     /// Deletes a topic: gone from the metadata (its directories recorded as
     /// pending deletions) first, then its partitions' files, then the record.
     pub fn delete_topic(&self, name: &str) -> Result<(), ApiError> {
+        if name.starts_with("__") {
+            return Err(ApiError::new(ErrorCode::InvalidTopic, format!("{name:?} is an internal topic")));
+        }
         let mut metadata = lock(&self.metadata);
         let Some(record) = metadata.metadata().topics.get(name).cloned() else {
             return Err(ApiError::unknown_topic(name));
@@ -381,8 +478,9 @@ impl Node {
         Ok(())
     }
 
+    /// Topic names, without internal ones (`__consumer_offsets`).
     pub fn list_topics(&self) -> Vec<String> {
-        self.topics().keys().cloned().collect()
+        self.topics().keys().filter(|name| !is_internal(name)).cloned().collect()
     }
 
     pub fn describe_topic(&self, name: &str) -> Result<TopicDescription, ApiError> {
@@ -436,7 +534,11 @@ impl Node {
     pub fn metadata(&self, names: &[String]) -> ClusterInfo {
         let topics = self.topics();
         let infos = if names.is_empty() {
-            topics.iter().map(|(name, topic)| self.topic_info(name, topic)).collect()
+            topics
+                .iter()
+                .filter(|(name, _)| !is_internal(name))
+                .map(|(name, topic)| self.topic_info(name, topic))
+                .collect()
         } else {
             names
                 .iter()
@@ -486,6 +588,10 @@ impl Node {
 
     /// Appends the request's batches and answers as `acks` asks.
     pub async fn produce(&self, mut request: ProduceRequest) -> Result<Produced, ApiError> {
+        if request.topic.starts_with("__") {
+            let message = format!("{:?} is an internal topic; only the broker writes it", request.topic);
+            return Err(ApiError::new(ErrorCode::InvalidTopic, message));
+        }
         let (topic, index) = self.slot(&request.topic, request.partition)?;
         let (partition, producers) = topic.slots[index].online()?;
         let producer = check_batches(&request.batches)?;
@@ -760,6 +866,11 @@ fn check_batches(bytes: &[u8]) -> Result<Option<ProducerBatch>, ApiError> {
         base_sequence: first.base_sequence(),
         last_offset_delta: first.last_offset_delta(),
     }))
+}
+
+/// Internal topics (`__…`): written by the broker only, left out of listings.
+fn is_internal(topic: &str) -> bool {
+    topic.starts_with("__")
 }
 
 fn storage_error(error: MetadataError) -> ApiError {

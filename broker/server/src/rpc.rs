@@ -16,6 +16,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use abi::weir_capnp::{admin, broker, error, offset_query, partition_metadata, Acks};
+use broker_core::group::assignor::TopicPartition as GroupPartition;
+use broker_core::group::coordinator::{CommitRequest, HeartbeatRequest};
+use broker_core::group::record::OffsetValue;
 
 use crate::error::ApiError;
 use crate::node::{self, Node, OffsetQuery, PartitionInfo};
@@ -121,6 +124,56 @@ fn set_partitions(mut list: capnp::struct_list::Builder<'_, partition_metadata::
         if let Some(api_error) = &info.error {
             set_error(builder.init_error(), api_error);
         }
+    }
+}
+
+fn read_partitions(
+    list: capnp::struct_list::Reader<'_, abi::weir_capnp::topic_partition::Owned>,
+) -> Result<Vec<GroupPartition>, capnp::Error> {
+    list.iter()
+        .map(|entry| {
+            let partition = u32::try_from(entry.get_partition())
+                .map_err(|_| capnp::Error::failed(format!("negative partition {}", entry.get_partition())))?;
+            Ok(GroupPartition { topic: text(entry.get_topic()?)?, partition })
+        })
+        .collect()
+}
+
+fn set_group_partitions(
+    mut list: capnp::struct_list::Builder<'_, abi::weir_capnp::topic_partition::Owned>,
+    partitions: &[GroupPartition],
+) {
+    for (index, partition) in partitions.iter().enumerate() {
+        let mut entry = list.reborrow().get(index as u32);
+        entry.set_topic(&partition.topic[..]);
+        entry.set_partition(partition.partition as i32);
+    }
+}
+
+fn read_offset_entries(
+    list: capnp::struct_list::Reader<'_, abi::weir_capnp::offset_commit_entry::Owned>,
+) -> Result<Vec<(GroupPartition, i64, String)>, capnp::Error> {
+    list.iter()
+        .map(|entry| {
+            let partition = u32::try_from(entry.get_partition())
+                .map_err(|_| capnp::Error::failed(format!("negative partition {}", entry.get_partition())))?;
+            let key = GroupPartition { topic: text(entry.get_topic()?)?, partition };
+            Ok((key, entry.get_offset(), text(entry.get_metadata()?)?))
+        })
+        .collect()
+}
+
+fn set_committed(
+    mut list: capnp::struct_list::Builder<'_, abi::weir_capnp::committed_offset::Owned>,
+    offsets: &[(GroupPartition, OffsetValue)],
+) {
+    for (index, (partition, offset)) in offsets.iter().enumerate() {
+        let mut entry = list.reborrow().get(index as u32);
+        entry.set_topic(&partition.topic[..]);
+        entry.set_partition(partition.partition as i32);
+        entry.set_offset(offset.offset);
+        entry.set_metadata(&offset.metadata[..]);
+        entry.set_commit_timestamp_ms(offset.commit_timestamp_ms);
     }
 }
 
@@ -294,6 +347,91 @@ impl broker::Server for BrokerService {
         Ok(())
     }
 
+    async fn group_heartbeat(
+        self: Rc<Self>,
+        params: broker::GroupHeartbeatParams,
+        mut results: broker::GroupHeartbeatResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let request = {
+            let reader = params.get()?.get_request()?;
+            let instance_id = text(reader.get_instance_id()?)?;
+            let assignor = text(reader.get_assignor()?)?;
+            HeartbeatRequest {
+                group_id: text(reader.get_group_id()?)?,
+                member_id: text(reader.get_member_id()?)?,
+                instance_id: (!instance_id.is_empty()).then_some(instance_id),
+                member_epoch: reader.get_member_epoch(),
+                subscribed_topics: match reader.get_subscription_changed() {
+                    true => Some(
+                        reader.get_subscribed_topics()?.iter().map(|topic| text(topic?)).collect::<Result<_, _>>()?,
+                    ),
+                    false => None,
+                },
+                assignor: (!assignor.is_empty()).then_some(assignor),
+                owned: match reader.get_owned_reported() {
+                    true => Some(read_partitions(reader.get_owned()?)?),
+                    false => None,
+                },
+                session_timeout_ms: Some(reader.get_session_timeout_ms()).filter(|timeout| *timeout > 0),
+            }
+        };
+        drop(params);
+        let outcome = self.node.group_heartbeat(&request).await;
+        let mut response = results.get().init_response();
+        match outcome {
+            Ok(answer) => {
+                response.set_member_id(&answer.member_id[..]);
+                response.set_member_epoch(answer.member_epoch);
+                response.set_heartbeat_interval_ms(answer.heartbeat_interval_ms);
+                set_group_partitions(response.init_assignment(answer.assignment.len() as u32), &answer.assignment);
+            }
+            Err(api_error) => set_error(response.init_error(), &api_error),
+        }
+        Ok(())
+    }
+
+    async fn commit_offsets(
+        self: Rc<Self>,
+        params: broker::CommitOffsetsParams,
+        mut results: broker::CommitOffsetsResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let request = {
+            let reader = params.get()?;
+            CommitRequest {
+                group_id: text(reader.get_group_id()?)?,
+                member_id: text(reader.get_member_id()?)?,
+                member_epoch: reader.get_member_epoch(),
+                offsets: read_offset_entries(reader.get_offsets()?)?,
+            }
+        };
+        drop(params);
+        if let Err(api_error) = self.node.commit_offsets(&request).await {
+            set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
+    async fn fetch_offsets(
+        self: Rc<Self>,
+        params: broker::FetchOffsetsParams,
+        mut results: broker::FetchOffsetsResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let (group_id, partitions) = {
+            let reader = params.get()?;
+            (text(reader.get_group_id()?)?, read_partitions(reader.get_partitions()?)?)
+        };
+        drop(params);
+        let wanted = (!partitions.is_empty()).then_some(&partitions[..]);
+        match self.node.fetch_offsets(&group_id, wanted).await {
+            Ok(offsets) => set_committed(results.get().init_offsets(offsets.len() as u32), &offsets),
+            Err(api_error) => set_error(results.get().init_error(), &api_error),
+        }
+        Ok(())
+    }
+
     async fn list_offset(
         self: Rc<Self>,
         params: broker::ListOffsetParams,
@@ -423,6 +561,94 @@ impl admin::Server for AdminService {
         let name = text(params.get_name()?)?;
         let configs = config_entries(params.get_configs()?)?;
         if let Err(api_error) = self.node.alter_topic_config(&name, &configs) {
+            set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
+    async fn list_groups(
+        self: Rc<Self>,
+        _: admin::ListGroupsParams,
+        mut results: admin::ListGroupsResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let groups = self.node.list_groups();
+        let mut list = results.get().init_groups(groups.len() as u32);
+        for (index, (group_id, state, member_count)) in groups.iter().enumerate() {
+            let mut entry = list.reborrow().get(index as u32);
+            entry.set_group_id(&group_id[..]);
+            entry.set_state(state.name());
+            entry.set_member_count(*member_count as u32);
+        }
+        Ok(())
+    }
+
+    async fn describe_group(
+        self: Rc<Self>,
+        params: admin::DescribeGroupParams,
+        mut results: admin::DescribeGroupResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let group_id = text(params.get()?.get_group_id()?)?;
+        match self.node.describe_group(&group_id).await {
+            Ok(description) => {
+                let mut builder = results.get().init_description();
+                builder.set_group_id(&description.group_id[..]);
+                builder.set_state(description.state.name());
+                builder.set_group_epoch(description.group_epoch);
+                builder.set_assignor(&description.assignor[..]);
+                let mut members = builder.reborrow().init_members(description.members.len() as u32);
+                for (index, member) in description.members.iter().enumerate() {
+                    let mut entry = members.reborrow().get(index as u32);
+                    entry.set_member_id(&member.member_id[..]);
+                    entry.set_instance_id(member.instance_id.as_deref().unwrap_or(""));
+                    entry.set_member_epoch(member.member_epoch);
+                    let mut topics = entry.reborrow().init_subscribed_topics(member.subscribed_topics.len() as u32);
+                    for (slot, topic) in member.subscribed_topics.iter().enumerate() {
+                        topics.set(slot as u32, &topic[..]);
+                    }
+                    set_group_partitions(
+                        entry.reborrow().init_assigned(member.assigned.len() as u32),
+                        &member.assigned,
+                    );
+                    set_group_partitions(entry.init_target(member.target.len() as u32), &member.target);
+                }
+                set_committed(builder.init_offsets(description.offsets.len() as u32), &description.offsets);
+            }
+            Err(api_error) => set_error(results.get().init_error(), &api_error),
+        }
+        Ok(())
+    }
+
+    async fn delete_group(
+        self: Rc<Self>,
+        params: admin::DeleteGroupParams,
+        mut results: admin::DeleteGroupResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let group_id = text(params.get()?.get_group_id()?)?;
+        if let Err(api_error) = self.node.delete_group(&group_id).await {
+            set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
+    async fn reset_offsets(
+        self: Rc<Self>,
+        params: admin::ResetOffsetsParams,
+        mut results: admin::ResetOffsetsResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let (group_id, offsets) = {
+            let reader = params.get()?;
+            let offsets = read_offset_entries(reader.get_offsets()?)?;
+            (
+                text(reader.get_group_id()?)?,
+                offsets.into_iter().map(|(partition, offset, _)| (partition, offset)).collect::<Vec<_>>(),
+            )
+        };
+        drop(params);
+        if let Err(api_error) = self.node.reset_group_offsets(&group_id, &offsets).await {
             set_error(results.get().init_error(), &api_error);
         }
         Ok(())

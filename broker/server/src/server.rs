@@ -33,6 +33,9 @@ use crate::config::{BrokerConfig, Limits};
 use crate::node::{Node, NodeError};
 use crate::rpc::{BrokerService, CallGate};
 
+/// How often group sessions are checked for expiry.
+const GROUP_EXPIRY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Socket buffer between the kernel and capnp's message reader/writer.
 const SOCKET_BUFFER_BYTES: usize = 256 * 1024;
 
@@ -109,6 +112,16 @@ impl Server {
             threads.push(thread);
         }
         let connection_slots = Arc::new(Semaphore::new(self.limits.connections_max));
+        let group_expiry = tokio::spawn({
+            let node = self.node.clone();
+            async move {
+                let mut ticks = tokio::time::interval(GROUP_EXPIRY_INTERVAL);
+                loop {
+                    ticks.tick().await;
+                    node.expire_groups().await;
+                }
+            }
+        });
         let mut next_thread = 0;
         tokio::pin!(shutdown);
         loop {
@@ -134,6 +147,7 @@ impl Server {
             next_thread = (next_thread + 1) % senders.len();
         }
         tracing::info!("shutting down");
+        group_expiry.abort();
         let _ = stop.send(true);
         drop(senders);
         for thread in threads {

@@ -1,0 +1,227 @@
+//! [`GroupCoordinators`]: the broker side of consumer groups — one
+//! `broker_core::group::Coordinator` per partition of the internal
+//! `__consumer_offsets` topic, fed and persisted through that partition's log.
+//!
+//! A group lives on partition `crc32(group id) % partition count` (stable across
+//! restarts). Every write goes: lock the shard's coordinator → handler → encode its
+//! records as one batch (key/value records; a null value is a tombstone) → append →
+//! replay into the coordinator → unlock → wait until the log is durable up to the
+//! batch (and so everything before it) → answer. A request that writes nothing
+//! still waits until the shard's log is durable up to its end, so no answer ever
+//! reports state a crash could take back. At start-up each shard replays its
+//! partition from the log start.
+//!
+//! Known limit: the partition is never compacted (Weir has no compaction yet), so
+//! it grows with every heartbeat that changes something and every commit;
+//! retention is off for it.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use abi::batch::{BatchBuilder, BatchView, RecordBatch};
+use abi::ErrorCode;
+use broker_core::group::assignor::TopicPartition;
+use broker_core::group::coordinator::{
+    CommitRequest, Coordinator, CoordinatorConfig, GroupDescription, GroupError, GroupState, HeartbeatRequest,
+    HeartbeatResponse,
+};
+use broker_core::group::record::{GroupRecord, OffsetValue};
+use broker_core::log::LogError;
+
+use crate::error::ApiError;
+use crate::log_dir::now_ms;
+use crate::partition::{lock, Partition};
+
+/// The internal topic holding every group's records.
+pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// Its partition count (fixed once created).
+pub const CONSUMER_OFFSETS_PARTITIONS: u32 = 8;
+/// Bytes read per step while replaying a shard at start-up.
+const REPLAY_READ_BYTES: usize = 4 << 20;
+
+#[derive(Debug)]
+struct Shard {
+    partition: Partition,
+    coordinator: Mutex<Coordinator>,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct GroupCoordinators {
+    shards: Vec<Shard>,
+}
+
+impl From<GroupError> for ApiError {
+    fn from(error: GroupError) -> ApiError {
+        let code = match &error {
+            GroupError::InvalidGroupId => ErrorCode::InvalidGroupId,
+            GroupError::UnknownMemberId { .. } => ErrorCode::UnknownMemberId,
+            GroupError::FencedMemberEpoch { .. } => ErrorCode::FencedMemberEpoch,
+            GroupError::StaleMemberEpoch { .. } => ErrorCode::StaleMemberEpoch,
+            GroupError::GroupIdNotFound(_) => ErrorCode::GroupIdNotFound,
+            GroupError::NonEmptyGroup(_) => ErrorCode::NonEmptyGroup,
+            GroupError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+        };
+        ApiError::new(code, error.to_string())
+    }
+}
+
+impl GroupCoordinators {
+    /// Loads one coordinator per partition by replaying it.
+    pub fn load(partitions: Vec<Partition>, config: &CoordinatorConfig) -> Result<GroupCoordinators, LogError> {
+        let mut shards = Vec::with_capacity(partitions.len());
+        for partition in partitions {
+            let mut coordinator = Coordinator::new(config.clone());
+            replay_partition(&partition, &mut coordinator)?;
+            shards.push(Shard { partition, coordinator: Mutex::new(coordinator) });
+        }
+        Ok(GroupCoordinators { shards })
+    }
+
+    fn shard(&self, group_id: &str) -> &Shard {
+        let index = crc32fast::hash(group_id.as_bytes()) as usize % self.shards.len().max(1);
+        &self.shards[index]
+    }
+
+    /// Runs `handler` on the group's coordinator and persists its records (see the
+    /// module docs).
+    async fn write<T>(
+        &self,
+        group_id: &str,
+        handler: impl FnOnce(&mut Coordinator) -> Result<(Vec<GroupRecord>, T), GroupError>,
+    ) -> Result<T, ApiError> {
+        let shard = self.shard(group_id);
+        let (durable_needed, value) = {
+            let mut coordinator = lock(&shard.coordinator);
+            let (records, value) = handler(&mut coordinator)?;
+            let end = append(&shard.partition, &records)?;
+            records.iter().for_each(|record| coordinator.replay(record));
+            (end, value)
+        };
+        shard.partition.wait_durable(durable_needed).await?;
+        Ok(value)
+    }
+
+    pub async fn heartbeat(
+        &self,
+        request: &HeartbeatRequest,
+        partition_counts: &BTreeMap<String, u32>,
+    ) -> Result<HeartbeatResponse, ApiError> {
+        let response = self
+            .write(&request.group_id, |coordinator| {
+                let (records, response) = coordinator.heartbeat(request, partition_counts)?;
+                Ok((records, response))
+            })
+            .await?;
+        if response.member_epoch >= 0 {
+            lock(&self.shard(&request.group_id).coordinator).seen(&request.group_id, &response.member_id, now_ms());
+        }
+        Ok(response)
+    }
+
+    pub async fn commit(&self, request: &CommitRequest) -> Result<(), ApiError> {
+        self.write(&request.group_id, |coordinator| Ok((coordinator.commit_offsets(request, now_ms())?, ()))).await
+    }
+
+    pub async fn reset_offsets(&self, group_id: &str, offsets: &[(TopicPartition, i64)]) -> Result<(), ApiError> {
+        self.write(group_id, |coordinator| Ok((coordinator.reset_offsets(group_id, offsets, now_ms())?, ()))).await
+    }
+
+    pub async fn delete_group(&self, group_id: &str) -> Result<(), ApiError> {
+        self.write(group_id, |coordinator| Ok((coordinator.delete_group(group_id)?, ()))).await
+    }
+
+    pub async fn fetch_offsets(
+        &self,
+        group_id: &str,
+        partitions: Option<&[TopicPartition]>,
+    ) -> Result<Vec<(TopicPartition, OffsetValue)>, ApiError> {
+        self.write(group_id, |coordinator| Ok((Vec::new(), coordinator.fetch_offsets(group_id, partitions)?))).await
+    }
+
+    pub async fn describe_group(&self, group_id: &str) -> Result<GroupDescription, ApiError> {
+        self.write(group_id, |coordinator| Ok((Vec::new(), coordinator.describe_group(group_id)?))).await
+    }
+
+    pub fn list_groups(&self) -> Vec<(String, GroupState, usize)> {
+        let mut groups: Vec<_> = self.shards.iter().flat_map(|shard| lock(&shard.coordinator).list_groups()).collect();
+        groups.sort_by(|left, right| left.0.cmp(&right.0));
+        groups
+    }
+
+    /// Fences timed-out members and expires old offsets on every shard.
+    pub async fn expire(&self, partition_counts: &BTreeMap<String, u32>) {
+        for shard in &self.shards {
+            let outcome = {
+                let mut coordinator = lock(&shard.coordinator);
+                let records = coordinator.expire(now_ms(), partition_counts);
+                append(&shard.partition, &records).map(|end| {
+                    records.iter().for_each(|record| coordinator.replay(record));
+                    (end, records.len())
+                })
+            };
+            match outcome {
+                Ok((end, count)) if count > 0 => {
+                    tracing::info!(partition = %shard.partition.name(), record_count = count, "group sessions expired");
+                    if let Err(error) = shard.partition.wait_durable(end).await {
+                        tracing::warn!(%error, "group expiry not durable");
+                    }
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "group expiry failed"),
+            }
+        }
+    }
+}
+
+/// Appends `records` as one batch; returns the offset everything up to which must
+/// be durable before answering (the log end when there is nothing to append).
+fn append(partition: &Partition, records: &[GroupRecord]) -> Result<u64, ApiError> {
+    if records.is_empty() {
+        return Ok(partition.with_log(|log| Ok(log.log_end_offset()))?);
+    }
+    let now = now_ms();
+    let mut builder = BatchBuilder::new(now);
+    for record in records {
+        let (key, value) = record.encode();
+        builder.push(now, Some(&key), value.as_deref(), &[]);
+    }
+    let info = partition.append(&mut builder.encode(), 0)?;
+    Ok(info.last_offset + 1)
+}
+
+/// Replays every record of `partition` into `coordinator`.
+fn replay_partition(partition: &Partition, coordinator: &mut Coordinator) -> Result<(), LogError> {
+    let (mut offset, end) = partition.with_log(|log| Ok((log.log_start_offset(), log.log_end_offset())))?;
+    let mut buffer = Vec::new();
+    while offset < end {
+        let info = partition.read(offset, REPLAY_READ_BYTES, &mut buffer)?;
+        if info.next_offset <= offset {
+            break;
+        }
+        let mut rest = &buffer[..];
+        while !rest.is_empty() {
+            let Ok((view, tail)) = BatchView::split_first(rest) else { break };
+            rest = tail;
+            match RecordBatch::decode(view.as_bytes()) {
+                Ok(batch) => {
+                    for record in batch.records {
+                        let decoded =
+                            record.key.as_deref().ok_or_else(|| "a record without a key".to_owned()).and_then(|key| {
+                                GroupRecord::decode(key, record.value.as_deref()).map_err(|error| error.to_string())
+                            });
+                        match decoded {
+                            Ok(group_record) => coordinator.replay(&group_record),
+                            Err(reason) => {
+                                tracing::error!(partition = %partition.name(), %reason, "skipping an unreadable group record")
+                            }
+                        }
+                    }
+                }
+                Err(error) => tracing::error!(partition = %partition.name(), %error, "skipping an unreadable batch"),
+            }
+        }
+        offset = info.next_offset;
+    }
+    Ok(())
+}
