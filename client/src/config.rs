@@ -132,6 +132,21 @@ pub struct ConsumerConfig {
     pub fetch_total_bytes_max: u32,
     /// (`auto.offset.reset`) default `latest`.
     pub auto_offset_reset: OffsetReset,
+    /// The consumer group `subscribe` joins (`group.id`).
+    pub group_id: Option<String>,
+    /// Static membership: a restarted member with the same id gets its partitions
+    /// back without a rebalance (`group.instance.id`).
+    pub group_instance_id: Option<String>,
+    /// The broker fences a member silent this long (`session.timeout.ms`).
+    pub session_timeout: Duration,
+    /// Commit positions in the background, on revocation and on close
+    /// (`enable.auto.commit`), default on.
+    pub auto_commit: bool,
+    /// (`auto.commit.interval.ms`) default 5 s.
+    pub auto_commit_interval: Duration,
+    /// Server-side assignor for a new group: range, roundrobin, cooperative-sticky
+    /// (`group.remote.assignor`); `None`: the broker's default.
+    pub group_assignor: Option<String>,
 }
 
 impl Default for ConsumerConfig {
@@ -144,6 +159,12 @@ impl Default for ConsumerConfig {
             prefetch_bytes_max: 16 * 1024 * 1024,
             poll_records_max: 500,
             fetch_total_bytes_max: 8 * 1024 * 1024,
+            group_id: None,
+            group_instance_id: None,
+            session_timeout: Duration::from_secs(45),
+            auto_commit: true,
+            auto_commit_interval: Duration::from_secs(5),
+            group_assignor: None,
             auto_offset_reset: OffsetReset::Latest,
         }
     }
@@ -285,7 +306,32 @@ impl ConsumerConfig {
         if let Some(reset) = reader.take("auto.offset.reset", reset, "earliest, latest or none") {
             config.auto_offset_reset = reset;
         }
+        let text = |value: &str| (!value.is_empty()).then(|| value.to_owned());
+        if let Some(group_id) = reader.take("group.id", text, "a group id") {
+            config.group_id = Some(group_id);
+        }
+        if let Some(instance_id) = reader.take("group.instance.id", text, "an instance id") {
+            config.group_instance_id = Some(instance_id);
+        }
+        reader.millis("session.timeout.ms", &mut config.session_timeout);
+        if let Some(on) = reader.take("enable.auto.commit", |value| value.parse::<bool>().ok(), "true or false") {
+            config.auto_commit = on;
+        }
+        reader.millis("auto.commit.interval.ms", &mut config.auto_commit_interval);
+        let assignor =
+            |value: &str| matches!(value, "range" | "roundrobin" | "cooperative-sticky").then(|| value.to_owned());
+        if let Some(assignor) =
+            reader.take("group.remote.assignor", assignor, "range, roundrobin or cooperative-sticky")
+        {
+            config.group_assignor = Some(assignor);
+        }
         let consumer_keys = [
+            "group.id",
+            "group.instance.id",
+            "session.timeout.ms",
+            "enable.auto.commit",
+            "auto.commit.interval.ms",
+            "group.remote.assignor",
             "fetch.min.bytes",
             "fetch.max.wait.ms",
             "max.partition.fetch.bytes",

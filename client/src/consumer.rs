@@ -64,14 +64,16 @@ pub enum Offset {
 #[derive(Debug)]
 pub struct Consumer {
     inner: Arc<Inner>,
-    tasks: Mutex<Option<(JoinHandle<()>, JoinHandle<()>)>>,
+    /// The group membership, once `subscribe` was called.
+    membership: Mutex<Option<crate::group::Membership>>,
 }
 
 #[derive(Debug)]
-struct Inner {
-    config: ConsumerConfig,
-    cluster: Arc<Cluster>,
+pub(crate) struct Inner {
+    pub(crate) config: ConsumerConfig,
+    pub(crate) cluster: Arc<Cluster>,
     state: Mutex<State>,
+    tasks: Mutex<Option<(JoinHandle<()>, JoinHandle<()>)>>,
     /// Records arrived (or an error did): wakes `poll`.
     arrived: Notify,
     /// Something changed that the fetch task must look at (assign, seek, pause,
@@ -145,9 +147,15 @@ impl Consumer {
 
     /// A consumer sharing `cluster` (its metadata and connections) with others.
     pub fn with_cluster(config: ConsumerConfig, cluster: Arc<Cluster>) -> Consumer {
-        let inner =
-            Inner { config, cluster, state: Mutex::new(State::default()), arrived: Notify::new(), wake: Notify::new() };
-        Consumer { inner: Arc::new(inner), tasks: Mutex::new(None) }
+        let inner = Inner {
+            config,
+            cluster,
+            state: Mutex::new(State::default()),
+            tasks: Mutex::new(None),
+            arrived: Notify::new(),
+            wake: Notify::new(),
+        };
+        Consumer { inner: Arc::new(inner), membership: Mutex::new(None) }
     }
 
     /// Reads exactly these partitions from now on (replacing any earlier
@@ -162,49 +170,12 @@ impl Consumer {
                 return Err(ClientError::broker(ErrorCode::UnknownTopicOrPartition, message));
             }
         }
-        let start = match self.inner.config.auto_offset_reset {
-            OffsetReset::Earliest => Offset::Beginning,
-            OffsetReset::Latest | OffsetReset::None => Offset::End,
-        };
-        {
-            let mut state = self.inner.lock();
-            let wanted: Vec<TopicPartition> =
-                partitions.iter().map(|(topic, partition)| (Arc::from(topic.as_str()), *partition)).collect();
-            state.partitions.retain(|key, _| wanted.contains(key));
-            for key in wanted {
-                if state.partitions.contains_key(&key) {
-                    continue;
-                }
-                state.generation_clock += 1;
-                let generation = state.generation_clock;
-                state.partitions.entry(key).or_insert_with(|| Assigned {
-                    position: None,
-                    fetch_from: FetchFrom::Resolve(start),
-                    generation,
-                    records: VecDeque::new(),
-                    buffered_bytes: 0,
-                    decoding_bytes: 0,
-                    error: None,
-                    paused: false,
-                    backoff_until: None,
-                    backoff: self.inner.config.common.retry_backoff,
-                });
-            }
-        }
-        self.start_tasks();
-        self.inner.wake.notify_one();
+        let start = self.inner.reset_offset();
+        let wanted: Vec<(String, i32)> = partitions.to_vec();
+        let removed: Vec<(String, i32)> = self.assignment().into_iter().filter(|key| !wanted.contains(key)).collect();
+        let added: Vec<((String, i32), Offset)> = wanted.into_iter().map(|key| (key, start)).collect();
+        self.inner.change_assignment(&added, &removed);
         Ok(())
-    }
-
-    /// Starts the fetch and decode tasks once.
-    fn start_tasks(&self) {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if tasks.is_none() {
-            let (decode_sender, decode_receiver) = mpsc::unbounded_channel();
-            let fetcher = tokio::spawn(run_fetch_loop(self.inner.clone(), decode_sender));
-            let decoder = tokio::spawn(run_decoder(self.inner.clone(), decode_receiver));
-            *tasks = Some((fetcher, decoder));
-        }
     }
 
     /// The assigned partitions.
@@ -335,19 +306,32 @@ impl Consumer {
         Ok((start, end))
     }
 
-    /// Stops fetching and forgets the assignment.
-    pub fn close(&self) {
-        self.inner.lock().partitions.clear();
-        if let Some((fetcher, decoder)) = self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
-            fetcher.abort();
-            decoder.abort();
+    /// Leaves the group (committing first when auto-commit is on), stops
+    /// fetching and forgets the assignment.
+    pub async fn close(&self) {
+        let membership = self.membership().take();
+        if let Some(membership) = membership {
+            membership.leave(&self.inner).await;
         }
+        self.inner.stop();
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    pub(crate) fn membership(&self) -> std::sync::MutexGuard<'_, Option<crate::group::Membership>> {
+        self.membership.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 impl Drop for Consumer {
     fn drop(&mut self) {
-        self.close();
+        // No leave without an async context: the group notices the session end.
+        if let Some(membership) = self.membership().take() {
+            membership.abort();
+        }
+        self.inner.stop();
     }
 }
 
@@ -358,6 +342,82 @@ fn record_bytes(record: &ConsumerRecord) -> usize {
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Where partitions without a position start (`auto_offset_reset`).
+    pub(crate) fn reset_offset(&self) -> Offset {
+        match self.config.auto_offset_reset {
+            OffsetReset::Earliest => Offset::Beginning,
+            OffsetReset::Latest | OffsetReset::None => Offset::End,
+        }
+    }
+
+    /// Adds partitions (each starting at its offset; already assigned ones keep
+    /// their position) and removes others; starts the fetch tasks on first use.
+    pub(crate) fn change_assignment(self: &Arc<Self>, added: &[((String, i32), Offset)], removed: &[(String, i32)]) {
+        {
+            let mut guard = self.lock();
+            let state = &mut *guard;
+            for (topic, partition) in removed {
+                state.partitions.remove(&(Arc::from(topic.as_str()), *partition));
+            }
+            for ((topic, partition), start) in added {
+                let key: TopicPartition = (Arc::from(topic.as_str()), *partition);
+                if state.partitions.contains_key(&key) {
+                    continue;
+                }
+                state.generation_clock += 1;
+                let (position, fetch_from) = match start {
+                    Offset::At(offset) => (Some(*offset), FetchFrom::At(*offset)),
+                    other => (None, FetchFrom::Resolve(*other)),
+                };
+                let assigned = Assigned {
+                    position,
+                    fetch_from,
+                    generation: state.generation_clock,
+                    records: VecDeque::new(),
+                    buffered_bytes: 0,
+                    decoding_bytes: 0,
+                    error: None,
+                    paused: false,
+                    backoff_until: None,
+                    backoff: self.config.common.retry_backoff,
+                };
+                state.partitions.insert(key, assigned);
+            }
+        }
+        self.start_tasks();
+        self.wake.notify_one();
+    }
+
+    /// The position of every assigned partition that has one.
+    pub(crate) fn positions(&self) -> Vec<((String, i32), i64)> {
+        let state = self.lock();
+        state
+            .partitions
+            .iter()
+            .filter_map(|((topic, partition), assigned)| Some(((topic.to_string(), *partition), assigned.position?)))
+            .collect()
+    }
+
+    /// Starts the fetch and decode tasks once.
+    fn start_tasks(self: &Arc<Self>) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if tasks.is_none() {
+            let (decode_sender, decode_receiver) = mpsc::unbounded_channel();
+            let fetcher = tokio::spawn(run_fetch_loop(self.clone(), decode_sender));
+            let decoder = tokio::spawn(run_decoder(self.clone(), decode_receiver));
+            *tasks = Some((fetcher, decoder));
+        }
+    }
+
+    /// Stops the tasks and forgets the assignment.
+    fn stop(&self) {
+        self.lock().partitions.clear();
+        if let Some((fetcher, decoder)) = self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
+            fetcher.abort();
+            decoder.abort();
+        }
     }
 
     /// Partitions whose start must be resolved, with their generation.

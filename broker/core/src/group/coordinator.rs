@@ -443,10 +443,13 @@ impl Coordinator {
         changes.refresh_target(partition_counts);
         changes.reconcile(&member_id, request.owned.as_deref());
         let current = changes.group.current.get(&member_id).cloned().unwrap_or_default();
+        // At least three beats per session, however short the member made it.
+        let session_timeout_ms =
+            changes.group.members.get(&member_id).map_or(u32::MAX, |member| member.session_timeout_ms);
         let response = HeartbeatResponse {
             member_id,
             member_epoch: current.member_epoch,
-            heartbeat_interval_ms: self.config.heartbeat_interval_ms,
+            heartbeat_interval_ms: self.config.heartbeat_interval_ms.min(session_timeout_ms / 3),
             assignment: current.assigned,
         };
         Ok((changes.records, response))

@@ -1,0 +1,176 @@
+//! Consumer groups with real consumers against the real broker: a group splits
+//! the partitions (each record to one member), another group gets everything, a
+//! member that dies without leaving loses its partitions within the session
+//! timeout without losing records (commits after processing), and a joining
+//! member takes partitions without the others losing theirs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use client::{Admin, Consumer, ConsumerConfig, NewTopic, OffsetReset, Producer, ProducerRecord, RebalanceListener};
+use support::{wait_until, TestBroker};
+
+type Received = Arc<Mutex<Vec<(String, i32, i64, String)>>>;
+
+/// Records every revocation, to check only moved partitions are revoked.
+#[derive(Default)]
+struct Revocations(Mutex<Vec<(String, i32)>>);
+
+impl RebalanceListener for Revocations {
+    fn on_revoked(&self, partitions: &[(String, i32)]) {
+        self.0.lock().unwrap().extend(partitions.iter().cloned());
+    }
+}
+
+fn group_config(broker: &TestBroker, group_id: &str) -> ConsumerConfig {
+    ConsumerConfig {
+        group_id: Some(group_id.to_owned()),
+        auto_offset_reset: OffsetReset::Earliest,
+        session_timeout: Duration::from_millis(1500),
+        auto_commit: false,
+        fetch_max_wait: Duration::from_millis(100),
+        ..broker.consumer_config()
+    }
+}
+
+/// A member that polls, records what it got, and commits after each poll.
+struct Member {
+    consumer: Arc<Consumer>,
+    task: tokio::task::JoinHandle<()>,
+    revocations: Arc<Revocations>,
+}
+
+async fn member(broker: &TestBroker, group_id: &str, received: &Received) -> Member {
+    let consumer = Arc::new(Consumer::new(group_config(broker, group_id)).unwrap());
+    let revocations = Arc::new(Revocations::default());
+    consumer.subscribe(&["events".to_owned()], Some(revocations.clone())).await.unwrap();
+    let task = tokio::spawn({
+        let (consumer, received) = (consumer.clone(), received.clone());
+        async move {
+            loop {
+                let records = consumer.poll(Duration::from_millis(50)).await.unwrap_or_default();
+                for record in &records {
+                    let value = String::from_utf8(record.value.as_deref().unwrap().to_vec()).unwrap();
+                    received.lock().unwrap().push((record.topic.to_string(), record.partition, record.offset, value));
+                }
+                if !records.is_empty() {
+                    let _ = consumer.commit().await; // after processing: at-least-once
+                }
+            }
+        }
+    });
+    Member { consumer, task, revocations }
+}
+
+fn owners(members: &[&Member]) -> Vec<BTreeSet<(String, i32)>> {
+    members.iter().map(|member| member.consumer.assignment().into_iter().collect()).collect()
+}
+
+async fn produce(broker: &TestBroker, from: usize, count: usize) {
+    let producer = Producer::new(broker.producer_config()).unwrap();
+    for index in from..from + count {
+        producer
+            .send(ProducerRecord::new("events", format!("record-{index}")).key(format!("key-{index}")))
+            .await
+            .unwrap();
+    }
+    producer.flush().await;
+}
+
+fn values(received: &Received) -> Vec<String> {
+    received.lock().unwrap().iter().map(|(_, _, _, value)| value.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_splits_partitions_another_gets_everything_and_dead_members_lose_nothing() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("events", 6)).await.unwrap();
+    let split: Received = Arc::default();
+    let all: Received = Arc::default();
+    let members = [
+        member(&broker, "billing", &split).await,
+        member(&broker, "billing", &split).await,
+        member(&broker, "billing", &split).await,
+    ];
+    let audit = member(&broker, "audit", &all).await;
+    wait_until("each of three members owns two partitions", || async {
+        owners(&members.iter().collect::<Vec<_>>()).iter().all(|owned| owned.len() == 2)
+    })
+    .await;
+    let owned = owners(&members.iter().collect::<Vec<_>>());
+    let union: BTreeSet<_> = owned.iter().flatten().cloned().collect();
+    assert_eq!(union.len(), 6, "no partition has two owners: {owned:?}");
+
+    produce(&broker, 0, 600).await;
+    wait_until("both groups got 600 records", || async { values(&split).len() >= 600 && values(&all).len() >= 600 })
+        .await;
+    let mut split_values = values(&split);
+    split_values.sort();
+    split_values.dedup();
+    assert_eq!(split_values.len(), 600);
+    assert_eq!(values(&split).len(), 600, "queue semantics: each record to exactly one member");
+    assert_eq!(values(&all).len(), 600, "publish-subscribe: the other group gets every record");
+
+    // Kill one member (no leave): within the session timeout its partitions move.
+    let [first, second, third] = members;
+    third.task.abort();
+    drop(third); // aborts its heartbeats; no leave is sent
+    wait_until("the survivors own all six partitions", || async {
+        let owned = owners(&[&first, &second]);
+        owned.iter().map(BTreeSet::len).sum::<usize>() == 6 && owned.iter().all(|owned| owned.len() == 3)
+    })
+    .await;
+    produce(&broker, 600, 300).await;
+    wait_until("every record reached the group", || async {
+        let mut seen = values(&split);
+        seen.sort();
+        seen.dedup();
+        seen.len() >= 900
+    })
+    .await;
+    let received: BTreeSet<String> = values(&split).into_iter().collect();
+    assert!((0..900).all(|index| received.contains(&format!("record-{index}"))), "at-least-once: nothing lost");
+    audit.task.abort();
+    first.task.abort();
+    second.task.abort();
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_member_takes_partitions_without_the_others_losing_theirs() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("events", 6)).await.unwrap();
+    let received: Received = Arc::default();
+    let first = member(&broker, "sticky", &received).await;
+    let second = member(&broker, "sticky", &received).await;
+    wait_until("two members own three each", || async {
+        owners(&[&first, &second]).iter().all(|owned| owned.len() == 3)
+    })
+    .await;
+    let before = owners(&[&first, &second]);
+    first.revocations.0.lock().unwrap().clear(); // the first member gave up three when the second joined
+    second.revocations.0.lock().unwrap().clear();
+    let third = member(&broker, "sticky", &received).await;
+    wait_until("three members own two each", || async {
+        owners(&[&first, &second, &third]).iter().all(|owned| owned.len() == 2)
+    })
+    .await;
+    let after = owners(&[&first, &second]);
+    for (index, member) in [&first, &second].iter().enumerate() {
+        let revoked: BTreeSet<(String, i32)> = member.revocations.0.lock().unwrap().iter().cloned().collect();
+        let moved: BTreeSet<(String, i32)> = before[index].difference(&after[index]).cloned().collect();
+        assert_eq!(revoked, moved, "only partitions that moved were revoked");
+        assert_eq!(moved.len(), 1, "each old member gave up exactly one partition");
+    }
+    for member in [first, second, third] {
+        member.task.abort();
+    }
+    broker.stop().await;
+}
