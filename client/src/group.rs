@@ -139,23 +139,43 @@ impl Consumer {
         topics: &[String],
         listener: Option<Arc<dyn RebalanceListener>>,
     ) -> Result<(), ClientError> {
-        let config = &self.inner().config;
-        let Some(group_id) = config.group_id.clone() else {
-            return Err(ClientError::InvalidConfig { problems: vec!["subscribe needs group.id".to_owned()] });
-        };
         if topics.is_empty() {
             return Err(ClientError::InvalidArgument("subscribe to at least one topic".to_owned()));
         }
         for topic in topics {
             self.inner().cluster.topic(topic).await?;
         }
+        self.start_membership(Subscription::Topics(topics.to_vec()), listener)
+    }
+
+    /// Like [`Consumer::subscribe`], for every topic whose whole name matches the
+    /// regular expression `pattern` — now and as topics are created or deleted
+    /// (checked every [`PATTERN_REFRESH`]).
+    pub async fn subscribe_pattern(
+        &self,
+        pattern: &str,
+        listener: Option<Arc<dyn RebalanceListener>>,
+    ) -> Result<(), ClientError> {
+        let regex = regex::Regex::new(&format!("^(?:{pattern})$"))
+            .map_err(|error| ClientError::InvalidArgument(format!("bad topic pattern {pattern:?}: {error}")))?;
+        self.start_membership(Subscription::Pattern(regex), listener)
+    }
+
+    fn start_membership(
+        &self,
+        subscription: Subscription,
+        listener: Option<Arc<dyn RebalanceListener>>,
+    ) -> Result<(), ClientError> {
+        let Some(group_id) = self.inner().config.group_id.clone() else {
+            return Err(ClientError::InvalidConfig { problems: vec!["subscribe needs group.id".to_owned()] });
+        };
         let inner = self.inner().clone();
         let assigned_before: Vec<Key> = self.assignment();
         inner.change_assignment(&[], &assigned_before);
         let state = Arc::new(Mutex::new(MemberState::default()));
         let (stop, stopped) = watch::channel(false);
         let task =
-            tokio::spawn(run_membership(inner, group_id.clone(), topics.to_vec(), listener, state.clone(), stopped));
+            tokio::spawn(run_membership(inner, group_id.clone(), subscription, listener, state.clone(), stopped));
         let previous = self.membership().replace(Membership { group_id, state, stop, task });
         if let Some(previous) = previous {
             previous.abort();
@@ -226,10 +246,37 @@ async fn commit_positions(
     commit_call(&inner.cluster, group_id, &state.member_id, state.member_epoch, &positions).await
 }
 
+/// What a member subscribes to.
+enum Subscription {
+    Topics(Vec<String>),
+    Pattern(regex::Regex),
+}
+
+/// How often a pattern subscription looks for new or deleted topics.
+pub const PATTERN_REFRESH: Duration = Duration::from_secs(3);
+
+/// The topics `subscription` means now (a pattern asks the cluster).
+async fn resolve(cluster: &Cluster, subscription: &Subscription) -> Result<Vec<String>, ClientError> {
+    match subscription {
+        Subscription::Topics(topics) => Ok(topics.clone()),
+        Subscription::Pattern(regex) => {
+            let mut topics: Vec<String> = cluster
+                .refresh(&[])
+                .await?
+                .iter()
+                .filter(|topic| regex.is_match(&topic.name))
+                .map(|topic| topic.name.clone())
+                .collect();
+            topics.sort();
+            Ok(topics)
+        }
+    }
+}
+
 async fn run_membership(
     inner: Arc<Inner>,
     group_id: String,
-    topics: Vec<String>,
+    subscription: Subscription,
     listener: Option<Arc<dyn RebalanceListener>>,
     shared: Arc<Mutex<MemberState>>,
     mut stopped: watch::Receiver<bool>,
@@ -240,7 +287,21 @@ async fn run_membership(
     let mut send_subscription = true;
     let mut backoff = config.common.retry_backoff;
     let mut last_commit = tokio::time::Instant::now();
+    let mut topics: Vec<String> = Vec::new();
+    let mut resolved_at: Option<tokio::time::Instant> = None;
     loop {
+        if resolved_at.is_none_or(|at| at.elapsed() >= PATTERN_REFRESH) {
+            match resolve(&inner.cluster, &subscription).await {
+                Ok(now) => {
+                    resolved_at = Some(tokio::time::Instant::now());
+                    if now != topics {
+                        topics = now;
+                        send_subscription = true;
+                    }
+                }
+                Err(error) => tracing::debug!(group = %group_id, %error, "resolving the subscription failed"),
+            }
+        }
         let beat = Beat {
             instance_id: config.group_instance_id.clone(),
             subscription: send_subscription.then(|| topics.clone()),

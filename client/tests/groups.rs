@@ -174,3 +174,26 @@ async fn a_joining_member_takes_partitions_without_the_others_losing_theirs() {
     }
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_subscription_follows_topics_as_they_are_created() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    for (topic, partitions) in [("orders-eu", 2), ("orders-us", 2), ("other", 1)] {
+        admin.create_topic(NewTopic::new(topic, partitions)).await.unwrap();
+    }
+    let consumer = Consumer::new(group_config(&broker, "by-pattern")).unwrap();
+    consumer.subscribe_pattern("orders-.*", None).await.unwrap();
+    let topics_owned = |consumer: &Consumer| -> BTreeSet<String> {
+        consumer.assignment().into_iter().map(|(topic, _)| topic).collect()
+    };
+    wait_until("the member owns both orders topics", || async { consumer.assignment().len() == 4 }).await;
+    assert_eq!(topics_owned(&consumer), BTreeSet::from(["orders-eu".to_owned(), "orders-us".to_owned()]));
+    admin.create_topic(NewTopic::new("orders-asia", 2)).await.unwrap();
+    wait_until("a new matching topic is picked up", || async { consumer.assignment().len() == 6 }).await;
+    assert!(!topics_owned(&consumer).contains("other"));
+    assert!(consumer.subscribe_pattern("orders-(", None).await.is_err(), "a bad pattern is a clear error");
+    consumer.close().await;
+    broker.stop().await;
+}
