@@ -1,35 +1,67 @@
-//! `weir consume TOPIC`: prints records from one or every partition, from an
-//! offset, until `--max-messages` or `--timeout-ms` without a record.
+//! `weir consume TOPIC`: prints records until `--max-messages` or `--timeout-ms`
+//! without a record, in one of two ways:
+//!
+//! - alone: from one or every partition, starting at `--offset` (an offset,
+//!   `beginning` or `end`);
+//! - with `--group G`, as a member of consumer group G: the group shares the
+//!   topic's partitions between its members, each partition starts at the
+//!   group's committed offset (or, without one, at `--offset beginning|end`,
+//!   the group's `auto.offset.reset`), and progress is committed in the
+//!   background, then once more on exit (after `--max-messages`, `--timeout-ms`
+//!   or Ctrl-C) before the member leaves the group. Records a poll returned past
+//!   `--max-messages` are not printed and not committed.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use client::{Consumer, ConsumerConfig, Offset};
+use client::{Consumer, ConsumerConfig, Offset, OffsetReset};
 use serde_json::json;
 
 use crate::output::bytes_text;
 use crate::{ClientArgs, Format};
 
+/// How long the final commit and the leave may take together on exit.
+const CLOSE_WAIT_MAX: Duration = Duration::from_secs(15);
+
 #[derive(Debug, clap::Args)]
 pub struct ConsumeArgs {
     topic: String,
-    /// Read only this partition (default: all).
-    #[arg(long)]
+    /// Read only this partition (default: all; not with --group).
+    #[arg(long, conflicts_with = "group")]
     partition: Option<i32>,
-    /// Where to start: an offset, `beginning` or `end`.
-    #[arg(long, default_value = "end", value_parser = parse_offset)]
-    offset: Offset,
+    /// Where to start: an offset, `beginning` or `end` (the default). With
+    /// --group: where partitions without a committed offset start (`beginning`
+    /// or `end`).
+    #[arg(long, value_parser = parse_offset)]
+    offset: Option<Offset>,
     /// Stop after this many records.
     #[arg(long)]
     max_messages: Option<usize>,
-    /// Stop when no record arrived for this long (default: wait forever).
+    /// Stop when no record arrived for this long (default: wait forever; with
+    /// --group, joining the group counts too).
     #[arg(long)]
     timeout_ms: Option<u64>,
-    /// Consume as a member of this consumer group (not available yet: consumer
-    /// groups come next; the command says so and exits).
+    /// Consume as a member of this consumer group, from its committed offsets,
+    /// committing progress.
     #[arg(long)]
     group: Option<String>,
     #[command(flatten)]
     client: ClientArgs,
+}
+
+impl ConsumeArgs {
+    /// What clap cannot check: a group starts at its committed offsets, so
+    /// `--group` takes no exact `--offset`.
+    pub fn check(&self) -> Result<(), String> {
+        match (&self.group, self.offset) {
+            (Some(group), Some(Offset::At(offset))) => Err(format!(
+                "--offset {offset} cannot be used with --group {group}: a group starts at its committed offsets \
+                 (--offset beginning|end chooses where partitions without one start; \
+                 `weir group reset-offsets` moves them)"
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 fn parse_offset(value: &str) -> Result<Offset, String> {
@@ -46,9 +78,13 @@ fn parse_offset(value: &str) -> Result<Offset, String> {
 }
 
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
-    if let Some(group) = &args.group {
-        anyhow::bail!("consumer groups are not available yet (--group {group}); use --partition and --offset");
+    match args.group.clone() {
+        Some(group) => consume_in_group(&args, group).await,
+        None => consume_alone(&args).await,
     }
+}
+
+async fn consume_alone(args: &ConsumeArgs) -> anyhow::Result<()> {
     let config = ConsumerConfig { common: args.client.common(), ..ConsumerConfig::default() };
     let consumer = Consumer::new(config)?;
     let partitions: Vec<(String, i32)> = match args.partition {
@@ -60,18 +96,77 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         }
     };
     consumer.assign(&partitions).await?;
-    consumer.seek_all(args.offset)?;
+    consumer.seek_all(args.offset.unwrap_or(Offset::End))?;
+    let printed = print_records(args, &consumer, false).await;
+    consumer.close().await;
+    printed
+}
+
+async fn consume_in_group(args: &ConsumeArgs, group: String) -> anyhow::Result<()> {
+    let auto_offset_reset = match args.offset {
+        Some(Offset::Beginning) => OffsetReset::Earliest,
+        Some(Offset::End) => OffsetReset::Latest,
+        _ => ConsumerConfig::default().auto_offset_reset,
+    };
+    let config = ConsumerConfig {
+        common: args.client.common(),
+        group_id: Some(group),
+        auto_offset_reset,
+        auto_commit: true,
+        ..ConsumerConfig::default()
+    };
+    let consumer = Consumer::new(config)?;
+    consumer.subscribe(std::slice::from_ref(&args.topic), None).await?;
+    let printed = print_records(args, &consumer, true).await;
+    let closed = tokio::time::timeout(CLOSE_WAIT_MAX, async {
+        let committed = consumer.commit().await;
+        consumer.close().await;
+        committed
+    })
+    .await;
+    printed?;
+    match closed {
+        Ok(committed) => Ok(committed?),
+        Err(_) => anyhow::bail!("the final commit and leave took over {} s", CLOSE_WAIT_MAX.as_secs()),
+    }
+}
+
+/// Polls and prints until `--max-messages`, `--timeout-ms` without a record, or
+/// (with `stop_on_interrupt`) Ctrl-C. Records polled but not printed are given
+/// back (their partitions seek to the first of them), so they are not committed.
+async fn print_records(args: &ConsumeArgs, consumer: &Consumer, stop_on_interrupt: bool) -> anyhow::Result<()> {
     let max_messages = args.max_messages.unwrap_or(usize::MAX);
     let idle = args.timeout_ms.map(Duration::from_millis);
+    let interrupted = async {
+        // Without a signal handler (or without `stop_on_interrupt`), Ctrl-C keeps
+        // its default: the process ends.
+        if !stop_on_interrupt || tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::pin!(interrupted);
     let mut printed = 0;
     while printed < max_messages {
-        let records = consumer.poll(idle.unwrap_or(Duration::from_secs(3600))).await?;
+        let records = tokio::select! {
+            records = consumer.poll(idle.unwrap_or(Duration::from_secs(3600))) => records?,
+            _ = &mut interrupted => break,
+        };
         if records.is_empty() && idle.is_some() {
             break;
         }
-        for record in records.into_iter().take(max_messages - printed) {
-            print_record(args.client.format, &record);
-            printed += 1;
+        let mut unprinted: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        for record in records {
+            if printed < max_messages {
+                print_record(args.client.format, &record);
+                printed += 1;
+            } else {
+                unprinted.entry((record.topic.to_string(), record.partition)).or_insert(record.offset);
+            }
+        }
+        for ((topic, partition), offset) in unprinted {
+            // Fails only if the group revoked the partition since this poll; its
+            // position was committed then and cannot be taken back.
+            let _ = consumer.seek(&topic, partition, Offset::At(offset));
         }
     }
     Ok(())

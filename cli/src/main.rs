@@ -1,7 +1,8 @@
 //! `weir`: the one command for running a Weir broker and talking to it.
 //!
-//! Subcommands live in their own modules: `serve` (run the broker), `topic`
-//! (admin), `produce` and `consume` (records over stdin/stdout), `bench`
+//! Subcommands live in their own modules: `serve` (run the broker), `topic` and
+//! `group` (admin of topics and consumer groups), `produce` and `consume`
+//! (records over stdin/stdout), `bench`
 //! (throughput and latency next to the machine's loopback bandwidth) and
 //! `dump_log` (print the batches of a segment file). Client commands share
 //! [`ClientArgs`]: `--brokers` (env `WEIR_BROKERS`) and `--format text|json`.
@@ -12,6 +13,7 @@
 mod bench;
 mod consume;
 mod dump_log;
+mod group;
 mod output;
 mod produce;
 mod serve;
@@ -20,7 +22,7 @@ mod topic;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// Weir: a durable event-streaming broker with WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -43,9 +45,15 @@ enum Command {
         #[command(subcommand)]
         command: topic::TopicCommand,
     },
+    /// List, describe (members, committed offsets, lag), reset and delete consumer groups.
+    Group {
+        #[command(subcommand)]
+        command: group::GroupCommand,
+    },
     /// Produce one record per line of stdin; prints how many were acknowledged.
     Produce(produce::ProduceArgs),
-    /// Print records of a topic (one per line; --format json for objects).
+    /// Print records of a topic (one per line; --format json for objects), alone
+    /// or as a member of a consumer group (--group).
     Consume(consume::ConsumeArgs),
     /// Measure produce or consume throughput and latency against a broker.
     Bench {
@@ -115,8 +123,17 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Topic { command } => block_on(topic::run(command)),
+        Command::Group { command } => block_on(group::run(command)),
         Command::Produce(args) => block_on(produce::run(args)),
-        Command::Consume(args) => block_on(consume::run(args)),
+        Command::Consume(args) => {
+            if let Err(problem) = args.check() {
+                let mut command = Cli::command();
+                command.build();
+                let consume = command.find_subcommand_mut("consume").expect("`consume` is a subcommand of weir");
+                consume.error(clap::error::ErrorKind::ArgumentConflict, problem).exit();
+            }
+            block_on(consume::run(args))
+        }
         Command::Bench { command } => block_on(bench::run(command)),
         Command::DumpLog { file, records, format } => dump_log::run(&file, records, format),
     };

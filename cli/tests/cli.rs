@@ -1,6 +1,8 @@
 //! The `weir` binary as a user runs it: `serve` plus the client commands of the
-//! README tour, restarts (clean and `kill -9`), `dump-log`, and bad usage or bad
-//! input giving clear errors and the documented exit codes.
+//! README tour, consumer groups (`consume --group` commits its progress, `group
+//! describe` reports committed offsets and lag, `reset-offsets` and `delete` are
+//! refused while members exist), restarts (clean and `kill -9`), `dump-log`, and
+//! bad usage or bad input giving clear errors and the documented exit codes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail loudly by design
 
@@ -90,6 +92,18 @@ impl Broker {
         String::from_utf8(output.stdout).unwrap()
     }
 
+    /// Runs a command with `--format json` and parses its one line of output.
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let args: Vec<&str> = args.iter().copied().chain(["--format", "json"]).collect();
+        let stdout = self.ok(&args, "");
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|error| panic!("weir {args:?}: {error}: {stdout}"))
+    }
+
+    /// `weir group describe GROUP --format json`.
+    fn describe_group(&self, group: &str) -> serde_json::Value {
+        self.json(&["group", "describe", group])
+    }
+
     /// SIGTERM, then the rest of the log; asserts a clean stop.
     fn stop(mut self) -> String {
         let killed = Command::new("kill").args(["-TERM", &self.child.0.id().to_string()]).status().unwrap();
@@ -139,6 +153,166 @@ fn the_tour_works_and_data_survives_a_clean_restart_and_a_kill() {
     let partition_one =
         broker.ok(&["consume", "orders", "--partition", "1", "--offset", "beginning", "--timeout-ms", "500"], "");
     assert!(partition_one.lines().any(|line| line == "after-restart"), "{partition_one}");
+    broker.stop();
+}
+
+/// Committed offsets by (topic, partition), from `group describe` JSON.
+fn committed(description: &serde_json::Value) -> Vec<(String, i64, Option<i64>)> {
+    let partitions = description["partitions"].as_array().unwrap();
+    partitions
+        .iter()
+        .map(|partition| {
+            (
+                partition["topic"].as_str().unwrap().to_owned(),
+                partition["partition"].as_i64().unwrap(),
+                partition["committed"].as_i64(),
+            )
+        })
+        .collect()
+}
+
+fn committed_sum(description: &serde_json::Value) -> i64 {
+    committed(description).iter().map(|(_, _, offset)| offset.unwrap()).sum()
+}
+
+/// JSON records printed by `consume --format json`, as sorted (partition, offset).
+fn consumed(stdout: &str) -> Vec<(i64, i64)> {
+    let mut records: Vec<(i64, i64)> = stdout
+        .lines()
+        .map(|line| {
+            let record: serde_json::Value = serde_json::from_str(line).unwrap();
+            (record["partition"].as_i64().unwrap(), record["offset"].as_i64().unwrap())
+        })
+        .collect();
+    records.sort_unstable();
+    records
+}
+
+#[test]
+fn a_consumer_group_commits_its_progress_and_reports_lag_resets_and_deletes() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = Broker::start(temp.path());
+    broker.ok(&["topic", "create", "events", "--partitions", "2"], "");
+    let first: String = (0..10).map(|index| format!("k{index}:v{index}\n")).collect();
+    broker.ok(&["produce", "events", "--key-separator", ":"], &first);
+    let topic = broker.json(&["topic", "describe", "events"]);
+    let ends: Vec<i64> =
+        topic["partitions"].as_array().unwrap().iter().map(|p| p["high_watermark"].as_i64().unwrap()).collect();
+    assert!(ends.iter().all(|end| *end > 0) && ends.iter().sum::<i64>() == 10, "both partitions used: {ends:?}");
+
+    // A new group starts at --offset beginning and commits what it printed.
+    let consume = ["consume", "events", "--group", "g", "--offset", "beginning", "--max-messages", "10"];
+    let records = broker.ok(&[&consume[..], &["--timeout-ms", "10000", "--format", "json"]].concat(), "");
+    let every_record: Vec<(i64, i64)> =
+        (0..2).flat_map(|partition| (0..ends[partition as usize]).map(move |offset| (partition, offset))).collect();
+    assert_eq!(consumed(&records), every_record, "{records}");
+    let description = broker.describe_group("g");
+    assert_eq!(description["group_id"], "g");
+    assert_eq!(description["state"], "Empty", "the member left on exit: {description}");
+    assert_eq!(description["members"], serde_json::json!([]));
+    assert_eq!(
+        committed(&description),
+        vec![("events".to_owned(), 0, Some(ends[0])), ("events".to_owned(), 1, Some(ends[1]))]
+    );
+    assert_eq!(committed_sum(&description), 10);
+    assert_eq!(description["total_lag"], 0);
+
+    // New records show up as lag; a reset to the earliest offsets makes all of them lag.
+    let second: String = (10..15).map(|index| format!("k{index}:v{index}\n")).collect();
+    broker.ok(&["produce", "events", "--key-separator", ":"], &second);
+    assert_eq!(broker.describe_group("g")["total_lag"], 5);
+    let reset = broker.json(&["group", "reset-offsets", "g", "--topic", "events", "--to-earliest"]);
+    assert_eq!(
+        reset["offsets"],
+        serde_json::json!([
+            {"topic": "events", "partition": 0, "offset": 0},
+            {"topic": "events", "partition": 1, "offset": 0},
+        ])
+    );
+    let description = broker.describe_group("g");
+    assert_eq!(description["total_lag"], 15);
+    assert_eq!(committed_sum(&description), 0);
+    let lags: Vec<i64> =
+        description["partitions"].as_array().unwrap().iter().map(|p| p["lag"].as_i64().unwrap()).collect();
+    let ends: Vec<i64> = description["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|partition| partition["log_end_offset"].as_i64().unwrap())
+        .collect();
+    assert_eq!(lags, ends);
+
+    // The next member of the group continues from the committed (reset) offsets:
+    // exactly the 15 records, each once, then nothing more.
+    let again = broker.ok(&["consume", "events", "--group", "g", "--timeout-ms", "3000", "--format", "json"], "");
+    let every_record: Vec<(i64, i64)> =
+        (0..2).flat_map(|partition| (0..ends[partition as usize]).map(move |offset| (partition, offset))).collect();
+    assert_eq!(every_record.len(), 15);
+    assert_eq!(consumed(&again), every_record, "{again}");
+    let description = broker.describe_group("g");
+    assert_eq!(committed_sum(&description), 15);
+    assert_eq!(description["total_lag"], 0);
+
+    assert_eq!(broker.json(&["group", "list"]), serde_json::json!([{"group_id": "g", "state": "Empty", "members": 0}]));
+    assert_eq!(broker.ok(&["group", "list"], ""), "GROUP  STATE  MEMBERS\ng      Empty  0\n");
+    assert_eq!(broker.ok(&["group", "delete", "g"], "").trim(), "deleted group g");
+    let gone = broker.run(&["group", "describe", "g"], "");
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("GroupIdNotFound"), "{gone:?}");
+    assert_eq!(broker.json(&["group", "list"]), serde_json::json!([]));
+    broker.stop();
+}
+
+#[test]
+fn a_group_with_a_member_refuses_resets_and_deletes_until_the_member_leaves() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = Broker::start(temp.path());
+    broker.ok(&["topic", "create", "jobs"], "");
+    broker.ok(&["produce", "jobs"], "a\nb\nc\n");
+    let mut member = KillOnDrop(
+        weir()
+            .args(["consume", "jobs", "--group", "workers", "--offset", "beginning", "--timeout-ms", "60000"])
+            .env("WEIR_BROKERS", &broker.address)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut printed = BufReader::new(member.0.stdout.take().unwrap()).lines();
+    let values: Vec<String> = printed.by_ref().take(3).map(Result::unwrap).collect();
+    assert_eq!(values, ["a", "b", "c"]);
+
+    // The member owns the partition it printed records of.
+    let description = broker.describe_group("workers");
+    assert_eq!(description["state"], "Stable", "{description}");
+    let members = description["members"].as_array().unwrap();
+    assert_eq!(members.len(), 1, "{description}");
+    assert_eq!(members[0]["assigned"], serde_json::json!([{"topic": "jobs", "partition": 0}]));
+    assert_eq!(members[0]["subscribed_topics"], serde_json::json!(["jobs"]));
+    assert_eq!(description["partitions"][0]["owner"], members[0]["member_id"]);
+    assert_eq!(broker.json(&["group", "list"])[0]["members"], 1);
+    for refused in [
+        &["group", "reset-offsets", "workers", "--topic", "jobs", "--to-earliest"][..],
+        &["group", "delete", "workers"][..],
+    ] {
+        let output = broker.run(refused, "");
+        assert_eq!(output.status.code(), Some(1), "weir {refused:?}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains("NonEmptyGroup"), "{output:?}");
+    }
+
+    // Ctrl-C: the member commits what it printed and leaves.
+    let interrupted = Command::new("kill").args(["-INT", &member.0.id().to_string()]).status().unwrap();
+    assert!(interrupted.success());
+    let status = member.0.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert_eq!(printed.count(), 0, "nothing printed after the first three");
+    let description = broker.describe_group("workers");
+    assert_eq!(description["state"], "Empty");
+    assert_eq!(committed(&description), vec![("jobs".to_owned(), 0, Some(3))]);
+    assert_eq!(description["total_lag"], 0);
+    let reset = broker.json(&["group", "reset-offsets", "workers", "--topic", "jobs", "--to-offset", "1"]);
+    assert_eq!(reset["offsets"], serde_json::json!([{"topic": "jobs", "partition": 0, "offset": 1}]));
+    assert_eq!(broker.describe_group("workers")["total_lag"], 2);
     broker.stop();
 }
 
@@ -207,6 +381,16 @@ fn bad_usage_and_bad_input_are_reported() {
     assert!(String::from_utf8_lossy(&bad_acks.stderr).contains("expected 0, 1 or all"));
     let bad_offset = weir().args(["consume", "orders", "--offset", "-5"]).output().unwrap();
     assert_eq!(bad_offset.status.code(), Some(2));
+    let exact_offset_in_group = weir().args(["consume", "orders", "--group", "g", "--offset", "5"]).output().unwrap();
+    assert_eq!(exact_offset_in_group.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&exact_offset_in_group.stderr).contains("cannot be used with --group"));
+    let partition_in_group = weir().args(["consume", "orders", "--group", "g", "--partition", "1"]).output().unwrap();
+    assert_eq!(partition_in_group.status.code(), Some(2));
+    let no_target = weir().args(["group", "reset-offsets", "g", "--topic", "orders"]).output().unwrap();
+    assert_eq!(no_target.status.code(), Some(2));
+    let two_targets =
+        weir().args(["group", "reset-offsets", "g", "--topic", "orders", "--to-earliest", "--to-latest"]).output();
+    assert_eq!(two_targets.unwrap().status.code(), Some(2));
 
     let temp = tempfile::tempdir().unwrap();
     let missing = weir().arg("dump-log").arg(temp.path().join("nope.log")).output().unwrap();

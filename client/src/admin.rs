@@ -1,15 +1,28 @@
-//! [`Admin`]: topic management (create, list, describe, delete, alter configs)
-//! and cluster metadata. Each call goes to any reachable broker; answers are
-//! plain Rust values, failures typed [`ClientError`]s.
+//! [`Admin`]: topic management (create, list, describe, delete, alter configs),
+//! cluster metadata, offsets of partitions, and consumer groups (list, describe,
+//! lag, delete, reset committed offsets). Each call goes to any reachable broker
+//! (offset look-ups to the partition's leader); answers are plain Rust values,
+//! failures typed [`ClientError`]s.
+//!
+//! A group's lag ([`Admin::group_lag`]) is computed here, not by the broker:
+//! 1. describe the group (members, their assignments, committed offsets);
+//! 2. take every topic that has a committed offset or that a member subscribes
+//!    to, and every partition of those topics in the metadata;
+//! 3. ask each partition's leader for its high watermark (the log end offset a
+//!    consumer can reach);
+//! 4. lag = log end offset − committed offset, where a committed offset exists.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use abi::weir_capnp::{admin, broker};
+use abi::weir_capnp::{admin, broker, group_description, topic_partition};
+use abi::ErrorCode;
 
 use crate::cluster::{read_partition_metadata, BrokerInfo, Cluster, PartitionInfo, TopicInfo};
 use crate::config::CommonConfig;
 use crate::connection::Connection;
+use crate::consumer::{list_offset, Offset};
 use crate::error::{broker_error, ClientError};
 
 /// A topic to create.
@@ -47,6 +60,70 @@ pub struct TopicDescription {
 pub struct ClusterDescription {
     pub brokers: Vec<BrokerInfo>,
     pub topics: Vec<Arc<TopicInfo>>,
+}
+
+/// A consumer group as `list_groups` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupListing {
+    pub group_id: String,
+    /// `Empty`, `Reconciling` or `Stable`.
+    pub state: String,
+    pub member_count: u32,
+}
+
+/// A consumer group: its members and committed offsets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupDescription {
+    pub group_id: String,
+    /// `Empty`, `Reconciling` or `Stable`.
+    pub state: String,
+    /// Bumped whenever the group's members or subscriptions change.
+    pub group_epoch: i32,
+    /// The server-side assignor (`range`, `roundrobin`, `cooperative-sticky`).
+    pub assignor: String,
+    pub members: Vec<GroupMember>,
+    pub offsets: Vec<CommittedOffset>,
+}
+
+/// One member of a consumer group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupMember {
+    pub member_id: String,
+    /// Static membership (`group.instance.id`).
+    pub instance_id: Option<String>,
+    pub member_epoch: i32,
+    pub subscribed_topics: Vec<String>,
+    /// The partitions the member owns now.
+    pub assigned: Vec<(String, i32)>,
+    /// The partitions the coordinator wants it to own (equal once reconciled).
+    pub target: Vec<(String, i32)>,
+}
+
+/// A group's committed offset of one partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommittedOffset {
+    pub topic: String,
+    pub partition: i32,
+    /// The next offset the group reads.
+    pub offset: i64,
+    pub metadata: String,
+    pub commit_timestamp_ms: i64,
+}
+
+/// How far a group is behind on one partition (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionLag {
+    pub topic: String,
+    pub partition: i32,
+    /// `None`: the group never committed an offset for this partition.
+    pub committed: Option<i64>,
+    /// The high watermark; -1 when the partition cannot be asked (offline, or its
+    /// topic is gone while the group still has an offset for it).
+    pub log_end_offset: i64,
+    /// `log_end_offset - committed`; `None` without either.
+    pub lag: Option<i64>,
+    /// The member that owns the partition now, if any.
+    pub owner: Option<String>,
 }
 
 /// Administers a cluster; see the module docs.
@@ -198,9 +275,204 @@ impl Admin {
 
     /// The log start offset and high watermark of a partition.
     pub async fn watermarks(&self, topic: &str, partition: i32) -> Result<(i64, i64), ClientError> {
-        use crate::consumer::{list_offset, Offset};
         let start = list_offset(&self.cluster, topic, partition, Offset::Beginning).await?;
         let end = list_offset(&self.cluster, topic, partition, Offset::End).await?;
         Ok((start, end))
     }
+
+    /// Resolves `offset` of a partition to a number with `listOffset`:
+    /// `Beginning` is the log start offset, `End` the high watermark,
+    /// `Timestamp` the first record at or after it (the high watermark when every
+    /// record is older); `At` is returned as is.
+    pub async fn offset_for(&self, topic: &str, partition: i32, offset: Offset) -> Result<i64, ClientError> {
+        list_offset(&self.cluster, topic, partition, offset).await
+    }
+
+    /// Every consumer group, by group id.
+    pub async fn list_groups(&self) -> Result<Vec<GroupListing>, ClientError> {
+        self.with_admin("list groups", move |admin, address| async move {
+            let response = admin
+                .list_groups_request()
+                .send()
+                .promise
+                .await
+                .map_err(|error| ClientError::from_rpc(&address, error))?;
+            let groups = response.get()?.get_groups()?;
+            groups
+                .iter()
+                .map(|group| {
+                    Ok(GroupListing {
+                        group_id: group.get_group_id()?.to_str()?.to_owned(),
+                        state: group.get_state()?.to_str()?.to_owned(),
+                        member_count: group.get_member_count(),
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// A group's members and committed offsets; `GroupIdNotFound` for an unknown
+    /// group.
+    pub async fn describe_group(&self, group_id: &str) -> Result<GroupDescription, ClientError> {
+        let group_id = group_id.to_owned();
+        self.with_admin("describe group", move |admin, address| async move {
+            let mut request = admin.describe_group_request();
+            request.get().set_group_id(&group_id[..]);
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            if response.has_error() {
+                return Err(broker_error(response.get_error()?));
+            }
+            read_group_description(response.get_description()?)
+        })
+        .await
+    }
+
+    /// The lag of every partition a group consumes or has an offset for (see the
+    /// module docs), by topic and partition.
+    pub async fn group_lag(&self, group_id: &str) -> Result<Vec<PartitionLag>, ClientError> {
+        let description = self.describe_group(group_id).await?;
+        self.lag_of(&description).await
+    }
+
+    /// [`Admin::group_lag`] of a description already fetched (so members,
+    /// offsets and lag come from one snapshot of the group).
+    pub async fn lag_of(&self, description: &GroupDescription) -> Result<Vec<PartitionLag>, ClientError> {
+        let committed: BTreeMap<(String, i32), i64> = description
+            .offsets
+            .iter()
+            .map(|offset| ((offset.topic.clone(), offset.partition), offset.offset))
+            .collect();
+        let owners: BTreeMap<(String, i32), String> = description
+            .members
+            .iter()
+            .flat_map(|member| member.assigned.iter().map(|key| (key.clone(), member.member_id.clone())))
+            .collect();
+        let topics: BTreeSet<String> = committed
+            .keys()
+            .map(|(topic, _)| topic.clone())
+            .chain(description.members.iter().flat_map(|member| member.subscribed_topics.iter().cloned()))
+            .collect();
+        // Partition → whether it can be asked for its log end offset.
+        let mut partitions: BTreeMap<(String, i32), bool> = committed.keys().map(|key| (key.clone(), false)).collect();
+        for topic in topics {
+            match self.cluster.topic(&topic).await {
+                Ok(info) => {
+                    for partition in &info.partitions {
+                        partitions.insert((topic.clone(), partition.partition), partition.error.is_none());
+                    }
+                }
+                Err(ClientError::Broker { code: ErrorCode::UnknownTopicOrPartition, .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        let ends = futures::future::try_join_all(partitions.iter().map(|((topic, partition), online)| async move {
+            match online {
+                true => self.watermarks(topic, *partition).await.map(|(_, high_watermark)| high_watermark),
+                false => Ok(-1),
+            }
+        }))
+        .await?;
+        Ok(partitions
+            .into_keys()
+            .zip(ends)
+            .map(|(key, log_end_offset)| {
+                let committed = committed.get(&key).copied();
+                let lag = committed.filter(|_| log_end_offset >= 0).map(|committed| log_end_offset - committed);
+                let owner = owners.get(&key).cloned();
+                PartitionLag { topic: key.0, partition: key.1, committed, log_end_offset, lag, owner }
+            })
+            .collect())
+    }
+
+    /// Deletes a group and its committed offsets; refused with `NonEmptyGroup`
+    /// while it has members, `GroupIdNotFound` for an unknown group.
+    pub async fn delete_group(&self, group_id: &str) -> Result<(), ClientError> {
+        let group_id = group_id.to_owned();
+        self.with_admin("delete group", move |admin, address| async move {
+            let mut request = admin.delete_group_request();
+            request.get().set_group_id(&group_id[..]);
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            match response.has_error() {
+                true => Err(broker_error(response.get_error()?)),
+                false => Ok(()),
+            }
+        })
+        .await
+    }
+
+    /// Sets a group's committed offsets (each the next offset to read); refused
+    /// with `NonEmptyGroup` while it has members. Creates the group if needed.
+    pub async fn reset_offsets(&self, group_id: &str, offsets: Vec<((String, i32), i64)>) -> Result<(), ClientError> {
+        let group_id = group_id.to_owned();
+        self.with_admin("reset offsets", move |admin, address| async move {
+            let mut request = admin.reset_offsets_request();
+            let mut params = request.get();
+            params.set_group_id(&group_id[..]);
+            let mut entries = params.init_offsets(offsets.len() as u32);
+            for (index, ((topic, partition), offset)) in offsets.iter().enumerate() {
+                let mut entry = entries.reborrow().get(index as u32);
+                entry.set_topic(&topic[..]);
+                entry.set_partition(*partition);
+                entry.set_offset(*offset);
+            }
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            match response.has_error() {
+                true => Err(broker_error(response.get_error()?)),
+                false => Ok(()),
+            }
+        })
+        .await
+    }
+}
+
+fn read_group_description(description: group_description::Reader<'_>) -> Result<GroupDescription, ClientError> {
+    let text = |reader: capnp::Result<capnp::text::Reader<'_>>| -> Result<String, ClientError> {
+        Ok(reader?.to_str()?.to_owned())
+    };
+    let members = description
+        .get_members()?
+        .iter()
+        .map(|member| {
+            let instance_id = text(member.get_instance_id())?;
+            Ok(GroupMember {
+                member_id: text(member.get_member_id())?,
+                instance_id: (!instance_id.is_empty()).then_some(instance_id),
+                member_epoch: member.get_member_epoch(),
+                subscribed_topics: member.get_subscribed_topics()?.iter().map(text).collect::<Result<_, _>>()?,
+                assigned: read_topic_partitions(member.get_assigned()?)?,
+                target: read_topic_partitions(member.get_target()?)?,
+            })
+        })
+        .collect::<Result<_, ClientError>>()?;
+    let offsets = description
+        .get_offsets()?
+        .iter()
+        .map(|offset| {
+            Ok(CommittedOffset {
+                topic: text(offset.get_topic())?,
+                partition: offset.get_partition(),
+                offset: offset.get_offset(),
+                metadata: text(offset.get_metadata())?,
+                commit_timestamp_ms: offset.get_commit_timestamp_ms(),
+            })
+        })
+        .collect::<Result<_, ClientError>>()?;
+    Ok(GroupDescription {
+        group_id: text(description.get_group_id())?,
+        state: text(description.get_state())?,
+        group_epoch: description.get_group_epoch(),
+        assignor: text(description.get_assignor())?,
+        members,
+        offsets,
+    })
+}
+
+fn read_topic_partitions(
+    list: capnp::struct_list::Reader<'_, topic_partition::Owned>,
+) -> Result<Vec<(String, i32)>, ClientError> {
+    list.iter().map(|entry| Ok((entry.get_topic()?.to_str()?.to_owned(), entry.get_partition()))).collect()
 }

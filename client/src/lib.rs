@@ -10,7 +10,8 @@
 //!   [`RecordMetadata`] out.
 //! - [`Consumer`]: assign partitions, seek (offset, timestamp, beginning, end),
 //!   prefetching long-poll fetches; [`ConsumerRecord`]s share the fetched bytes.
-//! - [`Admin`]: topics and cluster metadata.
+//! - [`Admin`]: topics, cluster metadata and consumer groups (lag, resets).
+//! - [`Consumer::subscribe`]: consumer-group membership (see [`group`]).
 //! - [`cluster`]: the metadata cache and connection pool every client shares;
 //!   requests go straight to each partition's leader.
 //!
@@ -53,7 +54,10 @@ pub mod record;
 
 pub use abi::batch::{BatchBuilder, Compression, RecordBatch};
 pub use abi::ErrorCode;
-pub use admin::{Admin, ClusterDescription, NewTopic, TopicDescription};
+pub use admin::{
+    Admin, ClusterDescription, CommittedOffset, GroupDescription, GroupListing, GroupMember, NewTopic, PartitionLag,
+    TopicDescription,
+};
 pub use cluster::{BrokerInfo, Cluster, PartitionInfo, TopicInfo};
 pub use config::{Acks, CommonConfig, ConsumerConfig, OffsetReset, ProducerConfig, DEFAULT_BOOTSTRAP_SERVERS};
 pub use consumer::{Consumer, Offset};
