@@ -3,7 +3,7 @@
 //!
 //! capnp-rpc is `!Send`, so each connection owns a thread with a current-thread
 //! runtime and a `LocalSet` that drives the RPC system. Callers send it a
-//! [`Call`]: a `Send` closure that, on that thread, receives the broker capability,
+//! `Call`: a `Send` closure that, on that thread, receives the broker capability,
 //! makes the call and converts the answer into plain `Send` Rust values, which
 //! travel back over a oneshot channel. Calls are pipelined: many may be in flight.
 //!

@@ -85,7 +85,7 @@ pub(crate) fn broker_error(error: abi::weir_capnp::error::Reader<'_>) -> ClientE
 }
 
 impl From<capnp::Error> for ClientError {
-    /// A malformed response (RPC failures go through [`ClientError::from_rpc`]).
+    /// A malformed response (RPC failures go through `ClientError::from_rpc`).
     fn from(error: capnp::Error) -> ClientError {
         ClientError::Protocol(error.to_string())
     }

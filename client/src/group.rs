@@ -1,6 +1,6 @@
 //! Consumer-group membership: [`Consumer::subscribe`] and offset commits.
 //!
-//! A [`Membership`] task heartbeats the group coordinator (server-side
+//! A `Membership` task heartbeats the group coordinator (server-side
 //! assignment, KIP-848 style) and applies what it answers:
 //! 1. join with the subscription (member epoch 0); the coordinator picks the
 //!    member id;
