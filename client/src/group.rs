@@ -193,6 +193,18 @@ impl Consumer {
     /// Commits exactly these offsets (each the next offset to read).
     pub async fn commit_offsets(&self, offsets: &[((String, i32), i64)]) -> Result<(), ClientError> {
         let (group_id, state) = self.group_state()?;
+        let offsets: Vec<(Key, i64, String)> =
+            offsets.iter().map(|(key, offset)| (key.clone(), *offset, String::new())).collect();
+        commit_call(&self.inner().cluster, &group_id, &state.member_id, state.member_epoch, &offsets).await
+    }
+
+    /// Commits offsets with a metadata string each (kept with the offset, shown
+    /// by `weir group describe --format json`).
+    pub async fn commit_offsets_with_metadata(
+        &self,
+        offsets: &[((String, i32), i64, String)],
+    ) -> Result<(), ClientError> {
+        let (group_id, state) = self.group_state()?;
         commit_call(&self.inner().cluster, &group_id, &state.member_id, state.member_epoch, offsets).await
     }
 
@@ -243,6 +255,8 @@ async fn commit_positions(
     if positions.is_empty() {
         return Ok(());
     }
+    let positions: Vec<(Key, i64, String)> =
+        positions.into_iter().map(|(key, offset)| (key, offset, String::new())).collect();
     commit_call(&inner.cluster, group_id, &state.member_id, state.member_epoch, &positions).await
 }
 
@@ -460,7 +474,7 @@ pub(crate) async fn commit_call(
     group_id: &str,
     member_id: &str,
     member_epoch: i32,
-    offsets: &[(Key, i64)],
+    offsets: &[(Key, i64, String)],
 ) -> Result<(), ClientError> {
     let connection = cluster.any_connection().await?;
     let address = connection.address().to_owned();
@@ -473,11 +487,12 @@ pub(crate) async fn commit_call(
             params.set_member_id(&member_id[..]);
             params.set_member_epoch(member_epoch);
             let mut list = params.init_offsets(offsets.len() as u32);
-            for (index, ((topic, partition), offset)) in offsets.iter().enumerate() {
+            for (index, ((topic, partition), offset, metadata)) in offsets.iter().enumerate() {
                 let mut entry = list.reborrow().get(index as u32);
                 entry.set_topic(&topic[..]);
                 entry.set_partition(*partition);
                 entry.set_offset(*offset);
+                entry.set_metadata(&metadata[..]);
             }
             let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
             let response = response.get()?;

@@ -197,3 +197,31 @@ async fn a_pattern_subscription_follows_topics_as_they_are_created() {
     consumer.close().await;
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_keep_their_metadata_and_stale_members_cannot_commit() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("events", 1)).await.unwrap();
+    // Not subscribed: commits from outside an empty group.
+    let tool = Consumer::new(group_config(&broker, "tools")).unwrap();
+    tool.commit_offsets_with_metadata(&[(("events".to_owned(), 0), 7, "checkpoint 3".to_owned())]).await.unwrap();
+    assert_eq!(tool.committed("events", 0).await.unwrap(), Some(7));
+    let description = admin.describe_group("tools").await.unwrap();
+    assert_eq!(description.offsets[0].metadata, "checkpoint 3");
+
+    // A member joins; an outside commit is now refused (only members commit).
+    let member = Consumer::new(group_config(&broker, "tools")).unwrap();
+    member.subscribe(&["events".to_owned()], None).await.unwrap();
+    wait_until("the member owns the partition", || async { member.assignment().len() == 1 }).await;
+    let refused = tool.commit_offsets(&[(("events".to_owned(), 0), 9)]).await;
+    assert!(
+        matches!(refused, Err(client::ClientError::Broker { code: client::ErrorCode::UnknownMemberId, .. })),
+        "{refused:?}"
+    );
+    member.commit_offsets(&[(("events".to_owned(), 0), 8)]).await.unwrap();
+    assert_eq!(member.committed("events", 0).await.unwrap(), Some(8));
+    member.close().await;
+    broker.stop().await;
+}
