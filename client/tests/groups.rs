@@ -225,3 +225,39 @@ async fn commits_keep_their_metadata_and_stale_members_cannot_commit() {
     member.close().await;
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_state_survives_a_snapshot_and_a_restart() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("events", 3)).await.unwrap();
+    let member = Consumer::new(group_config(&broker, "durable")).unwrap();
+    member.subscribe(&["events".to_owned()], None).await.unwrap();
+    wait_until("the member owns every partition", || async { member.assignment().len() == 3 }).await;
+    for round in 1..=20 {
+        let offsets: Vec<_> =
+            (0..3).map(|partition| (("events".to_owned(), partition), round * 10 + partition as i64)).collect();
+        member.commit_offsets(&offsets).await.unwrap();
+    }
+    let tools = Consumer::new(group_config(&broker, "tools")).unwrap();
+    tools.commit_offsets(&[(("events".to_owned(), 1), 5)]).await.unwrap();
+    admin.reset_offsets("gone", vec![(("events".to_owned(), 0), 1)]).await.unwrap();
+    admin.delete_group("gone").await.unwrap();
+    member.close().await;
+    let before = (admin.describe_group("durable").await.unwrap(), admin.describe_group("tools").await.unwrap());
+
+    // Rewrite every shard as a snapshot: the older segments go.
+    let retired = broker.node.compact_groups(0).await.unwrap();
+    assert!(retired > 0, "segments before the snapshots were dropped");
+    broker.stop().await;
+
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    let after = (admin.describe_group("durable").await.unwrap(), admin.describe_group("tools").await.unwrap());
+    assert_eq!(after, before, "the snapshot holds the whole state");
+    assert!(admin.describe_group("gone").await.is_err(), "a deleted group stays deleted");
+    let offsets: Vec<i64> = after.0.offsets.iter().map(|offset| offset.offset).collect();
+    assert_eq!(offsets, [200, 201, 202]);
+    broker.stop().await;
+}

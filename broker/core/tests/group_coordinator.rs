@@ -254,3 +254,38 @@ fn an_empty_group_takes_commits_from_outside_and_can_be_deleted() {
         Err(GroupError::InvalidGroupId)
     ));
 }
+
+#[test]
+fn a_snapshot_replaces_what_came_before_and_a_torn_one_changes_nothing() {
+    let mut harness = Harness::new(4);
+    harness.join(None);
+    harness.join(Some("pod-x"));
+    harness.settle();
+    let snapshot = harness.coordinator.snapshot_records();
+    let expected = harness.coordinator.describe_group(GROUP).unwrap();
+
+    // Only the snapshot, after a different history, gives the same state.
+    let mut from_snapshot = Coordinator::new(harness.coordinator.config().clone());
+    let stale = GroupRecord::Group { group_id: "gone".to_owned(), value: Some((9, "range".to_owned())) };
+    from_snapshot.replay(&stale);
+    for record in &snapshot {
+        let (key, value) = record.encode();
+        from_snapshot.replay(&GroupRecord::decode(&key, value.as_deref()).unwrap());
+    }
+    from_snapshot.finish_replay();
+    assert_eq!(from_snapshot.describe_group(GROUP).unwrap(), expected);
+    assert!(matches!(from_snapshot.describe_group("gone"), Err(GroupError::GroupIdNotFound(_))), "replaced");
+
+    // Torn: the end marker never made it; the (older) state before it stands.
+    let mut torn = Coordinator::new(harness.coordinator.config().clone());
+    for record in &harness.log[..harness.log.len() / 2] {
+        torn.replay(record);
+    }
+    let before = torn.describe_group(GROUP).unwrap();
+    assert_ne!(before, expected, "the prefix is an older state");
+    for record in &snapshot[..snapshot.len() - 1] {
+        torn.replay(record);
+    }
+    torn.finish_replay();
+    assert_eq!(torn.describe_group(GROUP).unwrap(), before);
+}

@@ -11,9 +11,12 @@
 //! reports state a crash could take back. At start-up each shard replays its
 //! partition from the log start.
 //!
-//! Known limit: the partition is never compacted (Weir has no compaction yet), so
-//! it grows with every heartbeat that changes something and every commit;
-//! retention is off for it.
+//! Compaction by snapshot (Weir has no key compaction yet): once a shard's log
+//! holds more than [`SNAPSHOT_AFTER_BYTES`], the shard rolls its segment, appends
+//! its whole state between snapshot markers (one append, under the coordinator's
+//! lock, so nothing interleaves), waits until that is durable, and drops every
+//! segment before it. Replay honours a snapshot only once its end marker is read,
+//! so a crash midway leaves the old records in charge.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -36,6 +39,10 @@ use crate::partition::{lock, Partition};
 pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Its partition count (fixed once created).
 pub const CONSUMER_OFFSETS_PARTITIONS: u32 = 8;
+/// A shard's log size past which it is rewritten as a snapshot.
+pub const SNAPSHOT_AFTER_BYTES: u64 = 32 << 20;
+/// Largest batch a snapshot is cut into (below `max.message.bytes`).
+const SNAPSHOT_BATCH_BYTES: usize = 512 << 10;
 /// Bytes read per step while replaying a shard at start-up.
 const REPLAY_READ_BYTES: usize = 4 << 20;
 
@@ -43,6 +50,9 @@ const REPLAY_READ_BYTES: usize = 4 << 20;
 struct Shard {
     partition: Partition,
     coordinator: Mutex<Coordinator>,
+    /// Size of the last snapshot: the next waits until the log doubled it, so a
+    /// large state is not rewritten over and over.
+    snapshot_bytes: std::sync::atomic::AtomicU64,
 }
 
 /// See the module docs.
@@ -73,7 +83,8 @@ impl GroupCoordinators {
         for partition in partitions {
             let mut coordinator = Coordinator::new(config.clone());
             replay_partition(&partition, &mut coordinator)?;
-            shards.push(Shard { partition, coordinator: Mutex::new(coordinator) });
+            let snapshot_bytes = std::sync::atomic::AtomicU64::new(0);
+            shards.push(Shard { partition, coordinator: Mutex::new(coordinator), snapshot_bytes });
         }
         Ok(GroupCoordinators { shards })
     }
@@ -149,6 +160,33 @@ impl GroupCoordinators {
         groups
     }
 
+    /// Rewrites every shard whose log holds at least `min_bytes` as a snapshot and
+    /// drops the segments before it (see the module docs). Returns how many
+    /// segments went.
+    pub async fn compact(&self, min_bytes: u64) -> Result<usize, ApiError> {
+        let mut retired = 0;
+        for shard in &self.shards {
+            let size_bytes = shard.partition.with_log(|log| Ok(log.size_bytes()))?;
+            let last_snapshot = shard.snapshot_bytes.load(std::sync::atomic::Ordering::Relaxed);
+            if size_bytes < min_bytes.max(1) || size_bytes < 2 * last_snapshot {
+                continue;
+            }
+            let (snapshot_offset, end) = {
+                let coordinator = lock(&shard.coordinator);
+                shard.partition.roll()?;
+                let mut bytes = snapshot_batches(&coordinator.snapshot_records());
+                shard.snapshot_bytes.store(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                let info = shard.partition.append(&mut bytes, 0)?;
+                (info.base_offset, info.last_offset + 1)
+            };
+            shard.partition.wait_durable(end).await?;
+            let count = shard.partition.retire_segments_below(snapshot_offset)?;
+            tracing::info!(partition = %shard.partition.name(), segments = count, size_bytes, "group state snapshot written");
+            retired += count;
+        }
+        Ok(retired)
+    }
+
     /// Fences timed-out members and expires old offsets on every shard.
     pub async fn expire(&self, partition_counts: &BTreeMap<String, u32>) {
         for shard in &self.shards {
@@ -190,6 +228,29 @@ fn append(partition: &Partition, records: &[GroupRecord]) -> Result<u64, ApiErro
     Ok(info.last_offset + 1)
 }
 
+/// Encodes `records` as back-to-back batches of at most `SNAPSHOT_BATCH_BYTES`.
+fn snapshot_batches(records: &[GroupRecord]) -> Vec<u8> {
+    let now = now_ms();
+    let mut bytes = Vec::new();
+    let mut builder = BatchBuilder::new(now);
+    let mut batch_bytes = 0;
+    for record in records {
+        let (key, value) = record.encode();
+        let record_bytes = key.len() + value.as_ref().map_or(0, Vec::len) + 32;
+        if batch_bytes + record_bytes > SNAPSHOT_BATCH_BYTES && !builder.is_empty() {
+            bytes.extend(builder.encode());
+            builder = BatchBuilder::new(now);
+            batch_bytes = 0;
+        }
+        builder.push(now, Some(&key), value.as_deref(), &[]);
+        batch_bytes += record_bytes;
+    }
+    if !builder.is_empty() {
+        bytes.extend(builder.encode());
+    }
+    bytes
+}
+
 /// Replays every record of `partition` into `coordinator`.
 fn replay_partition(partition: &Partition, coordinator: &mut Coordinator) -> Result<(), LogError> {
     let (mut offset, end) = partition.with_log(|log| Ok((log.log_start_offset(), log.log_end_offset())))?;
@@ -223,5 +284,6 @@ fn replay_partition(partition: &Partition, coordinator: &mut Coordinator) -> Res
         }
         offset = info.next_offset;
     }
+    coordinator.finish_replay();
     Ok(())
 }

@@ -331,9 +331,19 @@ impl Node {
         self.groups().reset_offsets(group_id, offsets).await
     }
 
-    /// Fences members whose sessions timed out (called about once a second).
+    /// Fences members whose sessions timed out (called about once a second), and
+    /// rewrites `__consumer_offsets` shards that grew past their snapshot size.
     pub async fn expire_groups(&self) {
         self.groups().expire(&self.partition_counts()).await;
+        if let Err(error) = self.groups().compact(crate::groups::SNAPSHOT_AFTER_BYTES).await {
+            tracing::warn!(%error, "group state snapshot failed");
+        }
+    }
+
+    /// Rewrites every `__consumer_offsets` shard holding at least `min_bytes` as a
+    /// snapshot now (tests and operators); returns how many segments went.
+    pub async fn compact_groups(&self, min_bytes: u64) -> Result<usize, ApiError> {
+        self.groups().compact(min_bytes).await
     }
 
     /// Sets the address clients are told to use (after binding port 0).

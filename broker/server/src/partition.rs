@@ -407,6 +407,20 @@ impl Partition {
         Ok((segment_count, size_bytes))
     }
 
+    /// Seals the active segment (see [`Log::roll`]).
+    pub fn roll(&self) -> Result<(), LogError> {
+        self.with_log_mut(Log::roll)
+    }
+
+    /// Drops the closed segments entirely below `offset` (see
+    /// [`Log::retire_segments_below`]), deleting their files without the lock.
+    pub fn retire_segments_below(&self, offset: u64) -> Result<usize, LogError> {
+        let Some(retired) = self.with_log_mut(|log| log.retire_segments_below(offset))? else { return Ok(0) };
+        let segment_count = retired.segment_count;
+        retired.delete()?;
+        Ok(segment_count)
+    }
+
     /// Clean shutdown of this partition's log: flush, trim, checkpoint, marker.
     /// Every later call on any clone fails with "closed".
     pub fn close(&self) -> Result<(), LogError> {

@@ -24,6 +24,8 @@ pub const WAIT_MAX: Duration = Duration::from_secs(10);
 pub struct TestBroker {
     pub address: String,
     pub data_dir: PathBuf,
+    /// The broker's state, for tests that drive it directly.
+    pub node: std::sync::Arc<broker::Node>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -42,6 +44,7 @@ impl TestBroker {
         tweak(&mut config);
         let server = Server::bind(config).await.expect("broker starts");
         let address = server.local_addr().to_string();
+        let node = server.node().clone();
         let (shutdown, stopped) = oneshot::channel();
         let task = tokio::spawn(async move {
             server
@@ -51,7 +54,7 @@ impl TestBroker {
                 .await
                 .expect("broker serves");
         });
-        TestBroker { address, data_dir: data_dir.to_path_buf(), shutdown: Some(shutdown), task: Some(task) }
+        TestBroker { address, data_dir: data_dir.to_path_buf(), node, shutdown: Some(shutdown), task: Some(task) }
     }
 
     pub async fn stop(mut self) {

@@ -200,7 +200,7 @@ impl Group {
                 self.epoch = *epoch;
                 self.assignor = AssignorKind::parse(assignor).unwrap_or(self.assignor);
             }
-            GroupRecord::Group { value: None, .. } => {}
+            GroupRecord::Group { value: None, .. } | GroupRecord::Snapshot { .. } => {}
             GroupRecord::Member { member_id, value, .. } => set(&mut self.members, member_id, value.clone()),
             GroupRecord::TargetAssignment { member_id, value, .. } => {
                 set(&mut self.target, member_id, value.as_ref().map(|partitions| partitions.iter().cloned().collect()))
@@ -364,6 +364,8 @@ pub struct Coordinator {
     last_seen_ms: HashMap<(String, String), i64>,
     /// Volatile: makes coordinator-chosen member ids unique.
     member_id_counter: u64,
+    /// A snapshot being replayed: it replaces `groups` when its end marker comes.
+    snapshot: Option<BTreeMap<String, Group>>,
 }
 
 impl Coordinator {
@@ -377,17 +379,75 @@ impl Coordinator {
 
     /// Applies an appended (or replayed) record.
     pub fn replay(&mut self, record: &GroupRecord) {
+        match record {
+            GroupRecord::Snapshot { start: true } => {
+                self.snapshot = Some(BTreeMap::new());
+                return;
+            }
+            GroupRecord::Snapshot { start: false } => {
+                if let Some(groups) = self.snapshot.take() {
+                    self.groups = groups;
+                    let groups = &self.groups;
+                    self.last_seen_ms.retain(|(group, member), _| {
+                        groups.get(group).is_some_and(|group| group.members.contains_key(member))
+                    });
+                }
+                return;
+            }
+            _ => {}
+        }
         let group_id = record.group_id().to_owned();
+        let assignor = self.config.assignor_default;
+        let groups = self.snapshot.as_mut().unwrap_or(&mut self.groups);
         if let GroupRecord::Group { value: None, .. } = record {
-            self.groups.remove(&group_id);
+            groups.remove(&group_id);
             self.last_seen_ms.retain(|(group, _), _| *group != group_id);
             return;
         }
-        let assignor = self.config.assignor_default;
-        self.groups.entry(group_id.clone()).or_insert_with(|| Group::new(assignor)).apply(record);
+        groups.entry(group_id.clone()).or_insert_with(|| Group::new(assignor)).apply(record);
         if let GroupRecord::Member { member_id, value: None, .. } = record {
             self.last_seen_ms.remove(&(group_id, member_id.clone()));
         }
+    }
+
+    /// Ends a replay: a snapshot without its end marker (torn by a crash) is
+    /// dropped, and the state before it stands.
+    pub fn finish_replay(&mut self) {
+        self.snapshot = None;
+    }
+
+    /// The whole state as records, between snapshot markers: appended, they let
+    /// the owner drop every record before them (see the record module docs).
+    pub fn snapshot_records(&self) -> Vec<GroupRecord> {
+        let mut records = vec![GroupRecord::Snapshot { start: true }];
+        for (group_id, group) in &self.groups {
+            let value = Some((group.epoch, group.assignor.name().to_owned()));
+            records.push(GroupRecord::Group { group_id: group_id.clone(), value });
+            records.push(GroupRecord::TargetEpoch { group_id: group_id.clone(), value: Some(group.target_epoch) });
+            for (member_id, member) in &group.members {
+                let (group_id, member_id) = (group_id.clone(), member_id.clone());
+                records.push(GroupRecord::Member { group_id, member_id, value: Some(member.clone()) });
+            }
+            for (member_id, target) in &group.target {
+                let (group_id, member_id) = (group_id.clone(), member_id.clone());
+                let value = Some(target.iter().cloned().collect());
+                records.push(GroupRecord::TargetAssignment { group_id, member_id, value });
+            }
+            for (member_id, current) in &group.current {
+                let (group_id, member_id) = (group_id.clone(), member_id.clone());
+                records.push(GroupRecord::CurrentAssignment { group_id, member_id, value: Some(current.clone()) });
+            }
+            for (partition, offset) in &group.offsets {
+                records.push(GroupRecord::Offset {
+                    group_id: group_id.clone(),
+                    topic: partition.topic.clone(),
+                    partition: partition.partition,
+                    value: Some(offset.clone()),
+                });
+            }
+        }
+        records.push(GroupRecord::Snapshot { start: false });
+        records
     }
 
     fn changes(&self, group_id: &str) -> Changes {

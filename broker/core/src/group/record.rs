@@ -16,6 +16,9 @@
 //! 4. `TargetEpoch` (group) → the group epoch the target assignment was computed at.
 //! 5. `CurrentAssignment` (group, member id) → member epoch, owned, revoking.
 //! 6. `Offset` (group, topic, partition) → committed offset, metadata, time.
+//! 7. `Snapshot` start and end markers (no group): the records between them are
+//!    the coordinator's whole state, replacing everything before them — but only
+//!    once the end marker is read (a torn snapshot changes nothing).
 
 use super::assignor::TopicPartition;
 
@@ -51,12 +54,39 @@ pub struct OffsetValue {
 /// One coordinator record; `None` values are tombstones.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GroupRecord {
-    Group { group_id: String, value: Option<(i32, String)> },
-    Member { group_id: String, member_id: String, value: Option<MemberValue> },
-    TargetAssignment { group_id: String, member_id: String, value: Option<Vec<TopicPartition>> },
-    TargetEpoch { group_id: String, value: Option<i32> },
-    CurrentAssignment { group_id: String, member_id: String, value: Option<CurrentAssignmentValue> },
-    Offset { group_id: String, topic: String, partition: u32, value: Option<OffsetValue> },
+    Group {
+        group_id: String,
+        value: Option<(i32, String)>,
+    },
+    Member {
+        group_id: String,
+        member_id: String,
+        value: Option<MemberValue>,
+    },
+    TargetAssignment {
+        group_id: String,
+        member_id: String,
+        value: Option<Vec<TopicPartition>>,
+    },
+    TargetEpoch {
+        group_id: String,
+        value: Option<i32>,
+    },
+    CurrentAssignment {
+        group_id: String,
+        member_id: String,
+        value: Option<CurrentAssignmentValue>,
+    },
+    Offset {
+        group_id: String,
+        topic: String,
+        partition: u32,
+        value: Option<OffsetValue>,
+    },
+    /// `start: true` opens a snapshot, `false` closes it.
+    Snapshot {
+        start: bool,
+    },
 }
 
 /// Stored bytes that are not a valid record.
@@ -162,6 +192,8 @@ const TARGET_ASSIGNMENT: u8 = 3;
 const TARGET_EPOCH: u8 = 4;
 const CURRENT_ASSIGNMENT: u8 = 5;
 const OFFSET: u8 = 6;
+const SNAPSHOT_START: u8 = 7;
+const SNAPSHOT_END: u8 = 8;
 
 impl GroupRecord {
     /// The group the record belongs to.
@@ -173,6 +205,7 @@ impl GroupRecord {
             | GroupRecord::TargetEpoch { group_id, .. }
             | GroupRecord::CurrentAssignment { group_id, .. }
             | GroupRecord::Offset { group_id, .. } => group_id,
+            GroupRecord::Snapshot { .. } => "",
         }
     }
 
@@ -240,6 +273,11 @@ impl GroupRecord {
                     writer.0
                 });
                 (key.0, value)
+            }
+            GroupRecord::Snapshot { start } => {
+                let mut key = Writer::new(if *start { SNAPSHOT_START } else { SNAPSHOT_END });
+                key.str("");
+                (key.0, Some(value_writer().0))
             }
             GroupRecord::Offset { group_id, topic, partition, value } => {
                 let mut key = Writer::new(OFFSET);
@@ -326,6 +364,12 @@ impl GroupRecord {
                 });
                 GroupRecord::Offset { group_id, topic, partition, value: value.transpose()? }
             }
+            SNAPSHOT_START | SNAPSHOT_END => {
+                if value.is_none() || !group_id.is_empty() {
+                    return Err(RecordDecodeError { reason: "a snapshot marker has a value and no group".to_owned() });
+                }
+                GroupRecord::Snapshot { start: kind == SNAPSHOT_START }
+            }
             other => return Err(RecordDecodeError { reason: format!("unknown record kind {other}") }),
         };
         key.end()?;
@@ -390,6 +434,8 @@ mod tests {
                     commit_timestamp_ms: 1_700_000_000_000,
                 }),
             },
+            GroupRecord::Snapshot { start: true },
+            GroupRecord::Snapshot { start: false },
         ]
     }
 

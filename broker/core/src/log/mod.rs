@@ -538,11 +538,25 @@ impl Log {
         let deletable = deletable_prefix(&summaries, &self.config, now_ms);
         let below_limit = self.segments.iter().take_while(|segment| segment.next_offset <= offset_limit).count();
         let count = deletable.min(below_limit);
-        if count == 0 {
-            return Ok(None);
-        }
-        if count == self.segments.len() {
+        if count == self.segments.len() && count > 0 {
             self.roll()?;
+        }
+        Ok(self.retire_prefix(count))
+    }
+
+    /// Detaches every closed segment whose records all lie below `offset` (never
+    /// the active segment): the log then starts at the first kept segment. For
+    /// owners that rewrote the state those records held (a coordinator snapshot).
+    pub fn retire_segments_below(&mut self, offset: u64) -> Result<Option<RetiredSegments>, LogError> {
+        self.check_not_fenced()?;
+        let closed = self.segments.len() - 1;
+        let count = self.segments.iter().take(closed).take_while(|segment| segment.next_offset <= offset).count();
+        Ok(self.retire_prefix(count))
+    }
+
+    fn retire_prefix(&mut self, count: usize) -> Option<RetiredSegments> {
+        if count == 0 {
+            return None;
         }
         let mut paths = Vec::new();
         let mut size_bytes = 0;
@@ -552,7 +566,7 @@ impl Log {
             paths.extend(segment.paths());
         }
         let dir = self.dir.clone();
-        Ok(Some(RetiredSegments { storage: self.storage.clone(), dir, paths, segment_count: count, size_bytes }))
+        Some(RetiredSegments { storage: self.storage.clone(), dir, paths, segment_count: count, size_bytes })
     }
 
     /// Clean shutdown: flush everything, trim the active indexes, checkpoint, and
