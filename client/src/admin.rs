@@ -23,6 +23,7 @@ use crate::cluster::{read_partition_metadata, BrokerInfo, Cluster, PartitionInfo
 use crate::config::CommonConfig;
 use crate::connection::Connection;
 use crate::consumer::{list_offset, Offset};
+use crate::error::refused_or_ok;
 use crate::error::{broker_error, ClientError};
 
 /// A topic to create.
@@ -179,10 +180,7 @@ impl Admin {
             }
             let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
             let response = response.get()?;
-            match response.has_error() {
-                true => Err(broker_error(response.get_error()?)),
-                false => Ok(()),
-            }
+            refused_or_ok!(response)
         })
         .await?;
         self.cluster.invalidate(&name);
@@ -196,10 +194,7 @@ impl Admin {
             request.get().set_name(&topic[..]);
             let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
             let response = response.get()?;
-            match response.has_error() {
-                true => Err(broker_error(response.get_error()?)),
-                false => Ok(()),
-            }
+            refused_or_ok!(response)
         })
         .await?;
         self.cluster.invalidate(name);
@@ -259,10 +254,7 @@ impl Admin {
             }
             let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
             let response = response.get()?;
-            match response.has_error() {
-                true => Err(broker_error(response.get_error()?)),
-                false => Ok(()),
-            }
+            refused_or_ok!(response)
         })
         .await
     }
@@ -395,10 +387,7 @@ impl Admin {
             request.get().set_group_id(&group_id[..]);
             let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
             let response = response.get()?;
-            match response.has_error() {
-                true => Err(broker_error(response.get_error()?)),
-                false => Ok(()),
-            }
+            refused_or_ok!(response)
         })
         .await
     }
@@ -420,10 +409,7 @@ impl Admin {
             }
             let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
             let response = response.get()?;
-            match response.has_error() {
-                true => Err(broker_error(response.get_error()?)),
-                false => Ok(()),
-            }
+            refused_or_ok!(response)
         })
         .await
     }

@@ -77,6 +77,19 @@ impl ClientError {
     }
 }
 
+/// `Ok(())` for an answer without an `error` field, else the broker's error
+/// (`?`-propagates a malformed answer). A macro because every capnp result type is
+/// its own type.
+macro_rules! refused_or_ok {
+    ($response:expr) => {
+        match $response.has_error() {
+            true => Err($crate::error::broker_error($response.get_error()?)),
+            false => Ok(()),
+        }
+    };
+}
+pub(crate) use refused_or_ok;
+
 /// The [`ClientError`] for an `Error` struct of a response.
 pub(crate) fn broker_error(error: abi::weir_capnp::error::Reader<'_>) -> ClientError {
     let message = error.get_message().ok().and_then(|text| text.to_str().ok()).unwrap_or("").to_owned();

@@ -32,6 +32,7 @@ use tokio::task::JoinHandle;
 
 use crate::cluster::Cluster;
 use crate::consumer::{Consumer, Inner, Offset};
+use crate::error::refused_or_ok;
 use crate::error::{broker_error, ClientError};
 use crate::record::ConsumerRecord;
 
@@ -496,10 +497,7 @@ pub(crate) async fn commit_call(
             }
             let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
             let response = response.get()?;
-            match response.has_error() {
-                true => Err(broker_error(response.get_error()?)),
-                false => Ok(()),
-            }
+            refused_or_ok!(response)
         })
         .await
 }
