@@ -27,11 +27,21 @@ impl RebalanceListener for Revocations {
     }
 }
 
+/// Sessions in these tests: short where a member is killed (its partitions must
+/// move quickly), long elsewhere so a CPU-starved test machine never fences a
+/// healthy member by accident.
+const SHORT_SESSION: Duration = Duration::from_secs(3);
+const LONG_SESSION: Duration = Duration::from_secs(6);
+
 fn group_config(broker: &TestBroker, group_id: &str) -> ConsumerConfig {
+    group_config_with(broker, group_id, LONG_SESSION)
+}
+
+fn group_config_with(broker: &TestBroker, group_id: &str, session_timeout: Duration) -> ConsumerConfig {
     ConsumerConfig {
         group_id: Some(group_id.to_owned()),
         auto_offset_reset: OffsetReset::Earliest,
-        session_timeout: Duration::from_millis(1500),
+        session_timeout,
         auto_commit: false,
         fetch_max_wait: Duration::from_millis(100),
         ..broker.consumer_config()
@@ -45,8 +55,8 @@ struct Member {
     revocations: Arc<Revocations>,
 }
 
-async fn member(broker: &TestBroker, group_id: &str, received: &Received) -> Member {
-    let consumer = Arc::new(Consumer::new(group_config(broker, group_id)).unwrap());
+async fn member(broker: &TestBroker, group_id: &str, received: &Received, session: Duration) -> Member {
+    let consumer = Arc::new(Consumer::new(group_config_with(broker, group_id, session)).unwrap());
     let revocations = Arc::new(Revocations::default());
     consumer.subscribe(&["events".to_owned()], Some(revocations.clone())).await.unwrap();
     let task = tokio::spawn({
@@ -94,11 +104,11 @@ async fn a_group_splits_partitions_another_gets_everything_and_dead_members_lose
     let split: Received = Arc::default();
     let all: Received = Arc::default();
     let members = [
-        member(&broker, "billing", &split).await,
-        member(&broker, "billing", &split).await,
-        member(&broker, "billing", &split).await,
+        member(&broker, "billing", &split, SHORT_SESSION).await,
+        member(&broker, "billing", &split, SHORT_SESSION).await,
+        member(&broker, "billing", &split, SHORT_SESSION).await,
     ];
-    let audit = member(&broker, "audit", &all).await;
+    let audit = member(&broker, "audit", &all, LONG_SESSION).await;
     wait_until("each of three members owns two partitions", || async {
         owners(&members.iter().collect::<Vec<_>>()).iter().all(|owned| owned.len() == 2)
     })
@@ -148,8 +158,8 @@ async fn a_joining_member_takes_partitions_without_the_others_losing_theirs() {
     let broker = TestBroker::start(temp.path()).await;
     Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("events", 6)).await.unwrap();
     let received: Received = Arc::default();
-    let first = member(&broker, "sticky", &received).await;
-    let second = member(&broker, "sticky", &received).await;
+    let first = member(&broker, "sticky", &received, LONG_SESSION).await;
+    let second = member(&broker, "sticky", &received, LONG_SESSION).await;
     wait_until("two members own three each", || async {
         owners(&[&first, &second]).iter().all(|owned| owned.len() == 3)
     })
@@ -157,7 +167,7 @@ async fn a_joining_member_takes_partitions_without_the_others_losing_theirs() {
     let before = owners(&[&first, &second]);
     first.revocations.0.lock().unwrap().clear(); // the first member gave up three when the second joined
     second.revocations.0.lock().unwrap().clear();
-    let third = member(&broker, "sticky", &received).await;
+    let third = member(&broker, "sticky", &received, LONG_SESSION).await;
     wait_until("three members own two each", || async {
         owners(&[&first, &second, &third]).iter().all(|owned| owned.len() == 2)
     })
