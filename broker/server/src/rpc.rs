@@ -97,6 +97,14 @@ fn give_back_fetch_buffer(buffer: Vec<u8>) {
     });
 }
 
+/// Runs an admin change (metadata fsync, partition directories) on the blocking
+/// pool, so the connection thread keeps serving its other connections meanwhile.
+async fn off_thread(change: impl FnOnce() -> Result<(), ApiError> + Send + 'static) -> Result<(), ApiError> {
+    tokio::task::spawn_blocking(change).await.unwrap_or_else(|error| {
+        Err(ApiError::new(abi::ErrorCode::UnknownServerError, format!("admin task failed: {error}")))
+    })
+}
+
 fn text(reader: capnp::text::Reader<'_>) -> Result<String, capnp::Error> {
     Ok(reader.to_str()?.to_owned())
 }
@@ -489,8 +497,9 @@ impl admin::Server for AdminService {
         let spec = params.get()?.get_spec()?;
         let configs = config_entries(spec.get_configs()?)?;
         let name = text(spec.get_name()?)?;
-        let outcome =
-            self.node.create_topic(&name, spec.get_partition_count(), spec.get_replication_factor(), &configs);
+        let (partition_count, replication_factor) = (spec.get_partition_count(), spec.get_replication_factor());
+        let node = self.node.clone();
+        let outcome = off_thread(move || node.create_topic(&name, partition_count, replication_factor, &configs)).await;
         if let Err(api_error) = outcome {
             set_error(results.get().init_error(), &api_error);
         }
@@ -504,7 +513,8 @@ impl admin::Server for AdminService {
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
         let name = text(params.get()?.get_name()?)?;
-        if let Err(api_error) = self.node.delete_topic(&name) {
+        let node = self.node.clone();
+        if let Err(api_error) = off_thread(move || node.delete_topic(&name)).await {
             set_error(results.get().init_error(), &api_error);
         }
         Ok(())
@@ -560,7 +570,8 @@ impl admin::Server for AdminService {
         let params = params.get()?;
         let name = text(params.get_name()?)?;
         let configs = config_entries(params.get_configs()?)?;
-        if let Err(api_error) = self.node.alter_topic_config(&name, &configs) {
+        let node = self.node.clone();
+        if let Err(api_error) = off_thread(move || node.alter_topic_config(&name, &configs)).await {
             set_error(results.get().init_error(), &api_error);
         }
         Ok(())
