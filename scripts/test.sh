@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Weir's whole test suite, as CI runs it: formatting, lints, then every crate's
-# tests (unit, property, model-based, crash-consistency, real-file and CLI tests).
+# tests (unit, property, model-based, crash-consistency, real-file and CLI tests),
+# then the Python SDK built with maturin into a venv and tested with pytest against
+# the real broker binary.
 # Long randomized runs are gated behind env vars (WEIR_CRASH_SEEDS, WEIR_MODEL_SEEDS);
 # the default is a short fixed slice. Benchmarks are separate: cargo bench -p broker.
 set -euo pipefail
@@ -16,5 +18,16 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test"
 cargo test --workspace --locked
+
+step "Python SDK: fmt, clippy, maturin develop, pytest"
+sdk=sdk-python/Cargo.toml
+cargo fmt --manifest-path "$sdk" -- --check
+CARGO_TARGET_DIR=target/sdk-python cargo clippy --manifest-path "$sdk" --locked -- -D warnings
+venv=target/python-venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check "maturin>=1.5,<2" pytest
+VIRTUAL_ENV="$PWD/$venv" PATH="$PWD/$venv/bin:$PATH" CARGO_TARGET_DIR=target/sdk-python \
+  maturin develop -q --locked -m "$sdk"
+WEIR_BIN="$PWD/target/debug/weir" "$venv/bin/pytest" -q sdk-python/tests
 
 printf '\nAll tests passed.\n'

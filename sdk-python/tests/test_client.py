@@ -1,0 +1,107 @@
+"""The Python client against a real `weir serve` process: round trip, keyed
+partitioning equal to the Rust client's, a consumer group, typed errors."""
+
+import os
+import pathlib
+import socket
+import subprocess
+import time
+
+import pytest
+
+import weir
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+WEIR = os.environ.get("WEIR_BIN", str(ROOT / "target" / "debug" / "weir"))
+
+
+@pytest.fixture
+def broker(tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    process = subprocess.Popen([WEIR, "serve", "--data-dir", str(tmp_path), "--listen", address],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            weir.Admin(address).list_topics()
+            break
+        except weir.WeirError:
+            assert time.monotonic() < deadline, "the broker did not start"
+            time.sleep(0.1)
+    yield address
+    process.terminate()
+    process.wait(timeout=20)
+
+
+def test_round_trip_with_keys_landing_where_the_rust_client_puts_them(broker):
+    weir.Admin(broker).create_topics([weir.NewTopic("orders", num_partitions=3)])
+    with weir.Producer(broker, linger_ms=1) as producer:
+        deliveries = [producer.produce("orders", f"value-{i}".encode(), key=f"key-{i % 5}".encode(),
+                                       headers=[("index", str(i).encode())]) for i in range(50)]
+        metadata = [delivery.result(timeout=10) for delivery in deliveries]
+    for i, landed in enumerate(metadata):
+        assert landed.partition == weir.partition_for_key(f"key-{i % 5}".encode(), 3)
+    consumer = weir.Consumer(broker)
+    consumer.assign([("orders", p) for p in range(3)])
+    for p in range(3):
+        consumer.seek("orders", p, "beginning")
+    received = []
+    deadline = time.monotonic() + 10
+    while len(received) < 50 and time.monotonic() < deadline:
+        received.extend(consumer.poll_batch(0.5))
+    assert sorted(m.value for m in received) == sorted(f"value-{i}".encode() for i in range(50))
+    first = next(m for m in received if m.value == b"value-7")
+    assert (first.key, first.headers) == (b"key-2", [("index", b"7")])
+    assert (first.partition, first.offset) == (metadata[7].partition, metadata[7].offset)
+    consumer.close()
+
+
+def test_a_group_member_commits_and_a_new_member_resumes(broker):
+    weir.Admin(broker).create_topics([weir.NewTopic("events", num_partitions=2)])
+    with weir.Producer(broker) as producer:
+        for i in range(10):
+            producer.produce("events", f"e{i}".encode())
+    first = weir.Consumer(broker, group_id="g", auto_offset_reset="earliest", config={"session.timeout.ms": 6000})
+    first.subscribe(["events"])
+    got = []
+    deadline = time.monotonic() + 15
+    while len(got) < 10 and time.monotonic() < deadline:
+        got.extend(first.poll_batch(0.5))
+    assert len(got) == 10
+    first.commit()
+    first.close()
+    with weir.Producer(broker) as producer:
+        producer.produce("events", b"late")
+    second = weir.Consumer(broker, group_id="g", auto_offset_reset="earliest")
+    second.subscribe(["events"])
+    more = []
+    deadline = time.monotonic() + 15
+    while not more and time.monotonic() < deadline:
+        more.extend(second.poll_batch(0.5))
+    assert [m.value for m in more] == [b"late"], "resumed from the committed offsets"
+    second.close()
+
+
+def test_errors_are_typed(broker):
+    with weir.Producer(broker) as producer:
+        with pytest.raises(weir.UnknownTopicOrPartitionError) as raised:
+            producer.produce("missing", b"x")
+        assert raised.value.code == 3
+        assert isinstance(raised.value, weir.WeirError)
+    with pytest.raises(weir.InvalidConfigError):
+        weir.Producer(broker, config={"no.such.setting": 1})
+    with pytest.raises(weir.TopicAlreadyExistsError):
+        admin = weir.Admin(broker)
+        admin.create_topics([weir.NewTopic("twice")])
+        admin.create_topics([weir.NewTopic("twice")])
+
+
+def test_broker_down_is_a_typed_error():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(weir.WeirError):
+        weir.Admin(f"127.0.0.1:{port}").list_topics()
