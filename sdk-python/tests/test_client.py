@@ -105,3 +105,32 @@ def test_broker_down_is_a_typed_error():
         port = probe.getsockname()[1]
     with pytest.raises(weir.WeirError):
         weir.Admin(f"127.0.0.1:{port}").list_topics()
+
+
+def test_clients_survive_interpreter_exit_and_refuse_use_after_fork(broker):
+    script = (
+        "import weir\n"
+        f"admin = weir.Admin('{broker}')\n"
+        "admin.list_topics()\n"
+        f"producer = weir.Producer('{broker}')\n"
+        f"consumer = weir.Consumer('{broker}')\n"
+        "print('ok')\n"
+    )
+    import sys
+    for _ in range(20):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+        assert (done.returncode, done.stdout.strip()) == (0, b"ok"), done.stderr.decode()
+
+    admin = weir.Admin(broker)
+    admin.list_topics()
+    child = os.fork()
+    if child == 0:
+        try:
+            admin.list_topics()
+            os._exit(1)
+        except RuntimeError as error:
+            os._exit(0 if "fork" in str(error) else 2)
+        except BaseException:
+            os._exit(3)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "use after fork raises a clear RuntimeError"
