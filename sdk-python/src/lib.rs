@@ -161,17 +161,54 @@ impl Producer {
         &self,
         py: Python<'_>,
         topic: String,
-        value: Option<Vec<u8>>,
-        key: Option<Vec<u8>>,
+        value: Option<&[u8]>,
+        key: Option<&[u8]>,
         headers: Option<Vec<(String, Option<Vec<u8>>)>>,
         partition: Option<i32>,
         timestamp_ms: Option<i64>,
     ) -> PyResult<Delivery> {
+        let (key, value) = (key.map(<[u8]>::to_vec), value.map(<[u8]>::to_vec));
         let record =
             client::ProducerRecord { topic, partition, key, value, headers: headers.unwrap_or_default(), timestamp_ms };
         let producer = self.inner.clone();
         let future = block(py, async move { producer.send(record).await })?;
         Ok(Delivery { future: Mutex::new(Some(future)), outcome: Mutex::new(None) })
+    }
+
+    /// Queues many records of one topic in one call (one GIL release for all);
+    /// returns one `Delivery` each. `keys`, when given, pairs with `values`.
+    #[pyo3(signature = (topic, values, keys=None, partition=None))]
+    fn send_many(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        values: Vec<Option<Bound<'_, PyBytes>>>,
+        keys: Option<Vec<Option<Bound<'_, PyBytes>>>>,
+        partition: Option<i32>,
+    ) -> PyResult<Vec<Delivery>> {
+        if keys.as_ref().is_some_and(|keys| keys.len() != values.len()) {
+            return Err(PyValueError::new_err("keys and values must have the same length"));
+        }
+        // bytes → Vec<u8> by memcpy (extracting Vec<u8> directly goes element by element).
+        let owned = |bytes: Option<Bound<'_, PyBytes>>| bytes.map(|bytes| bytes.as_bytes().to_vec());
+        let values: Vec<Option<Vec<u8>>> = values.into_iter().map(owned).collect();
+        let keys: Option<Vec<Option<Vec<u8>>>> = keys.map(|keys| keys.into_iter().map(owned).collect());
+        let producer = self.inner.clone();
+        let futures = block(py, async move {
+            let mut keys = keys.map(Vec::into_iter);
+            let mut futures = Vec::with_capacity(values.len());
+            for value in values {
+                let key = keys.as_mut().and_then(Iterator::next).flatten();
+                let record =
+                    client::ProducerRecord { topic: topic.clone(), partition, key, value, ..Default::default() };
+                futures.push(producer.send(record).await?);
+            }
+            Ok(futures)
+        })?;
+        Ok(futures
+            .into_iter()
+            .map(|future| Delivery { future: Mutex::new(Some(future)), outcome: Mutex::new(None) })
+            .collect())
     }
 
     /// Sends everything buffered and waits for every acknowledgement.
@@ -355,6 +392,27 @@ impl Admin {
     }
 }
 
+/// Waits for many deliveries in one call (one GIL release); returns their
+/// metadata in order, or raises the first failure.
+#[pyfunction]
+fn wait_all(py: Python<'_>, deliveries: Vec<PyRef<'_, Delivery>>) -> PyResult<Vec<Metadata>> {
+    let mut futures = Vec::with_capacity(deliveries.len());
+    for delivery in &deliveries {
+        match delivery.future.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
+            Some(future) => futures.push(future),
+            None => return Err(PyRuntimeError::new_err("a delivery was already waited for")),
+        }
+    }
+    block(py, async move {
+        let mut results = Vec::with_capacity(futures.len());
+        for future in futures {
+            let metadata = future.wait().await?;
+            results.push((metadata.topic.to_string(), metadata.partition, metadata.offset, metadata.timestamp_ms));
+        }
+        Ok(results)
+    })
+}
+
 /// Kafka's murmur2 key partitioning, exactly as the Rust client does it.
 #[pyfunction]
 fn partition_for_key(key: &[u8], partition_count: u32) -> PyResult<u32> {
@@ -392,5 +450,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Message>()?;
     module.add_class::<Admin>()?;
     module.add_function(wrap_pyfunction!(partition_for_key, module)?)?;
+    module.add_function(wrap_pyfunction!(wait_all, module)?)?;
     Ok(())
 }

@@ -134,3 +134,19 @@ def test_clients_survive_interpreter_exit_and_refuse_use_after_fork(broker):
             os._exit(3)
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "use after fork raises a clear RuntimeError"
+
+
+def test_produce_many_keeps_order_and_key_partitioning(broker):
+    weir.Admin(broker).create_topics([weir.NewTopic("bulk", num_partitions=4)])
+    keys = [f"k{i % 7}".encode() for i in range(300)]
+    with weir.Producer(broker) as producer:
+        deliveries = producer.produce_many("bulk", [f"v{i}".encode() for i in range(300)], keys=keys)
+        landed = weir.wait_all(deliveries[:150]) + [delivery.result(timeout=10) for delivery in deliveries[150:]]
+    for key, metadata in zip(keys, landed):
+        assert metadata.partition == weir.partition_for_key(key, 4)
+    by_partition = {}
+    for metadata in landed:
+        by_partition.setdefault(metadata.partition, []).append(metadata.offset)
+    assert all(offsets == sorted(offsets) for offsets in by_partition.values()), "send order kept per partition"
+    with pytest.raises(ValueError):
+        weir.Producer(broker).produce_many("bulk", [b"a", b"b"], keys=[b"only-one"])
