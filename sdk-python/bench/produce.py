@@ -38,7 +38,7 @@ def main():
         started = time.perf_counter()
         pending = []
         for _ in range(args.records // args.chunk):
-            pending.extend(producer.produce_many(python_topic, [value] * args.chunk))
+            pending.append(producer.produce_many(python_topic, [value] * args.chunk))
         weir.wait_all(pending)
         python_seconds = time.perf_counter() - started
     python_mb = args.records * 1024 / python_seconds / 1e6

@@ -141,7 +141,12 @@ def test_produce_many_keeps_order_and_key_partitioning(broker):
     keys = [f"k{i % 7}".encode() for i in range(300)]
     with weir.Producer(broker) as producer:
         deliveries = producer.produce_many("bulk", [f"v{i}".encode() for i in range(300)], keys=keys)
-        landed = weir.wait_all(deliveries[:150]) + [delivery.result(timeout=10) for delivery in deliveries[150:]]
+        assert len(deliveries) == 300
+        landed = deliveries.results()
+        one_by_one = producer.produce_many("bulk", [b"x", b"y"])
+        assert [one_by_one[i].result(timeout=10).topic for i in range(2)] == ["bulk", "bulk"]
+        together = [producer.produce_many("bulk", [b"z"]), producer.produce("bulk", b"w")]
+        assert [metadata.topic for metadata in weir.wait_all(together)] == ["bulk", "bulk"]
     for key, metadata in zip(keys, landed):
         assert metadata.partition == weir.partition_for_key(key, 4)
     by_partition = {}

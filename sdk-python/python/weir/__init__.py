@@ -23,6 +23,7 @@ __all__ = [
     "Admin",
     "Consumer",
     "Message",
+    "Deliveries",
     "NewTopic",
     "Producer",
     "RecordMetadata",
@@ -67,9 +68,32 @@ class Delivery:
         return RecordMetadata(*self._native.result(timeout))
 
 
-def wait_all(deliveries: Sequence[Delivery]) -> list[RecordMetadata]:
-    """Waits for many deliveries in one native call; raises the first failure."""
-    return [RecordMetadata(*metadata) for metadata in _native.wait_all([d._native for d in deliveries])]
+class Deliveries:
+    """The acknowledgements of one :meth:`Producer.produce_many` call. One object
+    for the whole call (not one per record), so large batches do not wake
+    Python's cyclic garbage collector."""
+
+    def __init__(self, natives):
+        self._natives = natives
+
+    def __len__(self) -> int:
+        return len(self._natives)
+
+    def __getitem__(self, index: int) -> Delivery:
+        return Delivery(self._natives[index])
+
+    def results(self) -> list[RecordMetadata]:
+        """Waits for all of them in one native call; raises the first failure."""
+        return [RecordMetadata(*metadata) for metadata in _native.wait_all(self._natives)]
+
+
+def wait_all(deliveries: "Sequence[Delivery] | Sequence[Deliveries]") -> list[RecordMetadata]:
+    """Waits for many deliveries (or ``produce_many`` results) in one native call;
+    raises the first failure."""
+    natives = []
+    for item in deliveries:
+        natives.extend(item._natives if isinstance(item, Deliveries) else [item._native])
+    return [RecordMetadata(*metadata) for metadata in _native.wait_all(natives)]
 
 
 def _settings(config: Optional[Mapping[str, object]], **typed: object) -> dict:
@@ -99,11 +123,10 @@ class Producer:
 
     def produce_many(self, topic: str, values: Sequence[Optional[bytes]],
                      keys: Optional[Sequence[Optional[bytes]]] = None,
-                     partition: Optional[int] = None) -> list[Delivery]:
+                     partition: Optional[int] = None) -> Deliveries:
         """Queues many records of one topic in one native call (much cheaper per
-        record than :meth:`produce`); returns a :class:`Delivery` each."""
-        deliveries = self._native.send_many(topic, list(values), list(keys) if keys is not None else None, partition)
-        return [Delivery(native) for native in deliveries]
+        record than :meth:`produce`); returns their :class:`Deliveries`."""
+        return Deliveries(self._native.send_many(topic, list(values), list(keys) if keys is not None else None, partition))
 
     def flush(self) -> None:
         self._native.flush()
