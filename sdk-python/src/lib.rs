@@ -48,13 +48,7 @@ fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
 /// The Python exception for a client error: one class per `ErrorCode`, all
 /// subclasses of `weir.WeirError`, carrying `code` and the message.
 fn to_py_err(py: Python<'_>, error: ClientError) -> PyErr {
-    let code = error.code().as_u16();
-    let message = error.to_string();
-    let class = ERROR_TYPES.get().and_then(|types| types.get(&code)).or_else(|| BASE_ERROR.get());
-    match class {
-        Some(class) => PyErr::from_type(class.bind(py).clone(), (code, message)),
-        None => PyException::new_err(message),
-    }
+    raise(py, error.code().as_u16(), error.to_string())
 }
 
 /// Runs `future` on the client runtime without the GIL, in ≤ 200 ms slices,
@@ -129,6 +123,7 @@ fn error_parts(py: Python<'_>, error: &PyErr) -> (u16, String) {
     (code, error.value(py).to_string())
 }
 
+/// The exception of class `code` (see [`to_py_err`]).
 fn raise(py: Python<'_>, code: u16, message: String) -> PyErr {
     let class = ERROR_TYPES.get().and_then(|types| types.get(&code)).or_else(|| BASE_ERROR.get());
     match class {
