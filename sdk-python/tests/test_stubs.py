@@ -20,6 +20,8 @@ def stub_names():
             }
         elif isinstance(node, ast.FunctionDef):
             names[node.name] = None
+        elif isinstance(node, ast.Assign):
+            continue  # type aliases
     return names
 
 

@@ -1,0 +1,147 @@
+//! `weir._native.Admin`: topics and consumer groups. Results are plain tuples;
+//! the Python layer wraps them in dataclasses.
+
+use std::collections::HashMap;
+
+use client::Offset;
+use pyo3::prelude::*;
+
+use crate::{block, to_py_err};
+
+type Partitions = Vec<(String, i32)>;
+/// (partition, leader, leader epoch, replicas, in-sync replicas).
+type PartitionRow = (i32, i32, i32, Vec<i32>, Vec<i32>);
+/// (member id, instance id, member epoch, subscribed topics, assigned, target).
+type MemberRow = (String, Option<String>, i32, Vec<String>, Partitions, Partitions);
+/// (topic, partition, offset, metadata, commit timestamp ms).
+type OffsetRow = (String, i32, i64, String, i64);
+/// (group id, state, group epoch, assignor, members, offsets).
+type GroupRow = (String, String, i32, String, Vec<MemberRow>, Vec<OffsetRow>);
+/// (topic, partition, committed, log end offset, lag, owner).
+type LagRow = (String, i32, Option<i64>, i64, Option<i64>, Option<String>);
+
+#[pyclass(module = "weir._native")]
+pub(crate) struct Admin {
+    inner: client::Admin,
+}
+
+#[pymethods]
+impl Admin {
+    #[new]
+    fn new(py: Python<'_>, bootstrap_servers: &str) -> PyResult<Admin> {
+        let common = client::CommonConfig { bootstrap_servers: bootstrap_servers.to_owned(), ..Default::default() };
+        let inner = client::Admin::new(common).map_err(|error| to_py_err(py, error))?;
+        Ok(Admin { inner })
+    }
+
+    #[pyo3(signature = (name, partitions=1, replication_factor=-1, config=None))]
+    fn create_topic(
+        &self,
+        py: Python<'_>,
+        name: String,
+        partitions: i32,
+        replication_factor: i16,
+        config: Option<HashMap<String, String>>,
+    ) -> PyResult<()> {
+        let admin = self.inner.clone();
+        let topic = client::NewTopic {
+            name,
+            partition_count: partitions,
+            replication_factor,
+            configs: config.unwrap_or_default().into_iter().collect(),
+        };
+        block(py, async move { admin.create_topic(topic).await })
+    }
+
+    fn list_topics(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let admin = self.inner.clone();
+        block(py, async move { admin.list_topics().await })
+    }
+
+    fn delete_topic(&self, py: Python<'_>, name: String) -> PyResult<()> {
+        let admin = self.inner.clone();
+        block(py, async move { admin.delete_topic(&name).await })
+    }
+
+    /// (partitions, {config: value}).
+    fn describe_topic(&self, py: Python<'_>, name: String) -> PyResult<(Vec<PartitionRow>, HashMap<String, String>)> {
+        let admin = self.inner.clone();
+        let description = block(py, async move { admin.describe_topic(&name).await })?;
+        let partitions = description
+            .partitions
+            .into_iter()
+            .map(|partition| {
+                (partition.partition, partition.leader, partition.leader_epoch, partition.replicas, partition.isr)
+            })
+            .collect();
+        Ok((partitions, description.configs.into_iter().collect()))
+    }
+
+    fn alter_topic_config(&self, py: Python<'_>, name: String, config: HashMap<String, String>) -> PyResult<()> {
+        let admin = self.inner.clone();
+        block(py, async move { admin.alter_topic_config(&name, config.into_iter().collect()).await })
+    }
+
+    /// `(earliest, high watermark)` of a partition.
+    fn watermarks(&self, py: Python<'_>, topic: String, partition: i32) -> PyResult<(i64, i64)> {
+        let admin = self.inner.clone();
+        block(py, async move { admin.watermarks(&topic, partition).await })
+    }
+
+    /// The first offset whose timestamp is at or after `timestamp_ms` (the high
+    /// watermark when there is none).
+    fn offset_for_timestamp(&self, py: Python<'_>, topic: String, partition: i32, timestamp_ms: i64) -> PyResult<i64> {
+        let admin = self.inner.clone();
+        block(py, async move { admin.offset_for(&topic, partition, Offset::Timestamp(timestamp_ms)).await })
+    }
+
+    /// `[(group id, state, member count)]`.
+    fn list_groups(&self, py: Python<'_>) -> PyResult<Vec<(String, String, u32)>> {
+        let admin = self.inner.clone();
+        let groups = block(py, async move { admin.list_groups().await })?;
+        Ok(groups.into_iter().map(|group| (group.group_id, group.state, group.member_count)).collect())
+    }
+
+    fn describe_group(&self, py: Python<'_>, group_id: String) -> PyResult<GroupRow> {
+        let admin = self.inner.clone();
+        let group = block(py, async move { admin.describe_group(&group_id).await })?;
+        let members = group
+            .members
+            .into_iter()
+            .map(|member| {
+                let client::GroupMember { member_id, instance_id, member_epoch, subscribed_topics, assigned, target } =
+                    member;
+                (member_id, instance_id, member_epoch, subscribed_topics, assigned, target)
+            })
+            .collect();
+        let offsets = group
+            .offsets
+            .into_iter()
+            .map(|offset| (offset.topic, offset.partition, offset.offset, offset.metadata, offset.commit_timestamp_ms))
+            .collect();
+        Ok((group.group_id, group.state, group.group_epoch, group.assignor, members, offsets))
+    }
+
+    /// Committed offset, log end and lag of every partition the group has an
+    /// offset for or subscribes to.
+    fn group_lag(&self, py: Python<'_>, group_id: String) -> PyResult<Vec<LagRow>> {
+        let admin = self.inner.clone();
+        let lag = block(py, async move { admin.group_lag(&group_id).await })?;
+        Ok(lag
+            .into_iter()
+            .map(|row| (row.topic, row.partition, row.committed, row.log_end_offset, row.lag, row.owner))
+            .collect())
+    }
+
+    /// Sets committed offsets of a group with no members.
+    fn reset_offsets(&self, py: Python<'_>, group_id: String, offsets: Vec<(String, i32, i64)>) -> PyResult<()> {
+        let admin = self.inner.clone();
+        let offsets = offsets.into_iter().map(|(topic, partition, offset)| ((topic, partition), offset)).collect();
+        block(py, async move { admin.reset_offsets(&group_id, offsets).await })
+    }
+
+    fn delete_group(&self, py: Python<'_>, group_id: String) -> PyResult<()> {
+        let admin = self.inner.clone();
+        block(py, async move { admin.delete_group(&group_id).await })
+    }
+}
