@@ -187,16 +187,17 @@ impl Consumer {
     /// Commits the position of every partition this member owns (the offset of
     /// the next record `poll` returns), and waits for the coordinator.
     pub async fn commit(&self) -> Result<(), ClientError> {
-        let (group_id, state) = self.group_state()?;
-        commit_positions(self.inner(), &group_id, &state, None).await
+        self.with_current_epoch(|group_id, state| async move {
+            commit_positions(self.inner(), &group_id, &state, None).await
+        })
+        .await
     }
 
     /// Commits exactly these offsets (each the next offset to read).
     pub async fn commit_offsets(&self, offsets: &[((String, i32), i64)]) -> Result<(), ClientError> {
-        let (group_id, state) = self.group_state()?;
         let offsets: Vec<(Key, i64, String)> =
             offsets.iter().map(|(key, offset)| (key.clone(), *offset, String::new())).collect();
-        commit_call(&self.inner().cluster, &group_id, &state.member_id, state.member_epoch, &offsets).await
+        self.commit_offsets_with_metadata(&offsets).await
     }
 
     /// Commits offsets with a metadata string each (kept with the offset, shown
@@ -205,8 +206,36 @@ impl Consumer {
         &self,
         offsets: &[((String, i32), i64, String)],
     ) -> Result<(), ClientError> {
-        let (group_id, state) = self.group_state()?;
-        commit_call(&self.inner().cluster, &group_id, &state.member_id, state.member_epoch, offsets).await
+        self.with_current_epoch(|group_id, state| async move {
+            commit_call(&self.inner().cluster, &group_id, &state.member_id, state.member_epoch, offsets).await
+        })
+        .await
+    }
+
+    /// Runs a commit with the member's current epoch. The coordinator bumps the
+    /// epoch when it reassigns partitions and the member learns it with its next
+    /// heartbeat; a commit in between is refused as `StaleMemberEpoch`, so it is
+    /// tried again once the epoch moved (until `request.timeout.ms`).
+    async fn with_current_epoch<'a, F, Fut>(&'a self, commit: F) -> Result<(), ClientError>
+    where
+        F: Fn(String, MemberState) -> Fut,
+        Fut: std::future::Future<Output = Result<(), ClientError>> + 'a,
+    {
+        let deadline = tokio::time::Instant::now() + self.inner().config.common.request_timeout;
+        loop {
+            let (group_id, state) = self.group_state()?;
+            let epoch = state.member_epoch;
+            match commit(group_id, state).await {
+                Err(ClientError::Broker { code: ErrorCode::StaleMemberEpoch, .. })
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    while self.group_state()?.1.member_epoch == epoch && tokio::time::Instant::now() < deadline {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+                outcome => return outcome,
+            }
+        }
     }
 
     /// Commits the offset after `record` (it and everything before it count as done).

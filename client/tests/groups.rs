@@ -237,6 +237,31 @@ async fn commits_keep_their_metadata_and_stale_members_cannot_commit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_during_a_rebalance_wait_for_the_new_member_epoch() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("events", 4)).await.unwrap();
+    let topics = ["events".to_owned()];
+    let first = Consumer::new(group_config(&broker, "busy")).unwrap();
+    first.subscribe(&topics, None).await.unwrap();
+    wait_until("the first member owns everything", || async { first.assignment().len() == 4 }).await;
+    let second = Consumer::new(group_config(&broker, "busy")).unwrap();
+    second.subscribe(&topics, None).await.unwrap();
+    // The coordinator bumps the first member's epoch when it reassigns; commits
+    // made before the member hears of it must not fail.
+    let mut commits = 0;
+    while second.assignment().len() < 2 {
+        first.commit_offsets(&[(("events".to_owned(), 0), 0)]).await.unwrap();
+        commits += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(commits > 10, "commits overlapped the rebalance ({commits})");
+    first.close().await;
+    second.close().await;
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_state_survives_a_snapshot_and_a_restart() {
     let temp = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(temp.path()).await;
