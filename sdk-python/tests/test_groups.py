@@ -1,0 +1,110 @@
+"""Consumer groups from Python: members in separate processes split the
+partitions, rebalance callbacks, and the admin view of groups and lag."""
+
+import json
+import subprocess
+import sys
+import time
+
+import weir
+
+MEMBER = """
+import json, pathlib, sys, time, weir
+broker, name, meeting = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3])
+events = []
+consumer = weir.Consumer(broker, group_id="split", auto_offset_reset="earliest", session_timeout_ms=6000)
+consumer.subscribe(["work"], on_assign=lambda c, p: events.append(["assigned", sorted(p)]),
+                   on_revoke=lambda c, p: events.append(["revoked", sorted(p)]))
+seen = {}
+report = None
+deadline = time.monotonic() + 40
+while time.monotonic() < deadline:
+    for message in consumer.poll_batch(0.2):
+        seen.setdefault(message.partition, []).append(message.offset)
+    owned = sorted(p for _, p in consumer.assignment())
+    # done once this member owns half the partitions and has read them to the end
+    if report is None and len(owned) == 2 and all(consumer.position("work", p) == 50 for p in owned):
+        consumer.commit()
+        report = {"owned": owned, "seen": seen, "events": list(events)}
+        (meeting / name).touch()
+    if report is not None and len(list(meeting.iterdir())) == 2:
+        break  # both done: leave together
+consumer.close()
+print(json.dumps(report))
+"""
+
+
+def test_members_in_separate_processes_split_the_partitions(broker, tmp_path):
+    weir.Admin(broker).create_topics([weir.NewTopic("work", num_partitions=4)])
+    with weir.Producer(broker) as producer:
+        for i in range(200):
+            producer.produce("work", f"job-{i}".encode(), partition=i % 4)
+    meeting = tmp_path / "done"
+    meeting.mkdir()
+    members = [subprocess.Popen([sys.executable, "-c", MEMBER, broker, name, str(meeting)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
+    reports = []
+    for member in members:
+        out, err = member.communicate(timeout=90)
+        assert member.returncode == 0, err
+        reports.append(json.loads(out))
+        assert reports[-1] is not None, "the member never owned two caught-up partitions"
+    owned = [set(report["owned"]) for report in reports]
+    assert owned[0] | owned[1] == {0, 1, 2, 3} and not owned[0] & owned[1], owned
+    for partition in range(4):
+        seen = set()
+        for report in reports:
+            seen |= set(report["seen"].get(str(partition), []))
+        assert seen == set(range(50)), f"partition {partition}: every record read at least once"
+    for report in reports:
+        assert report["events"][0][0] == "assigned", "callbacks ran in poll"
+        assigned = set()
+        for kind, partitions in report["events"]:
+            partitions = {tuple(p) for p in partitions}
+            assigned = assigned | partitions if kind == "assigned" else assigned - partitions
+        assert {p for _, p in assigned} == set(report["owned"]), "callbacks add up to the assignment"
+
+
+def test_rebalance_callbacks_and_group_admin(broker):
+    admin = weir.Admin(broker)
+    admin.create_topics([weir.NewTopic("cb", num_partitions=2)])
+    with weir.Producer(broker) as producer:
+        for i in range(6):
+            producer.produce("cb", b"x", partition=i % 2)
+    calls = []
+    first = weir.Consumer(broker, group_id="cbg", auto_offset_reset="earliest", enable_auto_commit=False)
+    first.subscribe(["cb"], on_assign=lambda c, p: calls.append(("first", "assigned", sorted(p))),
+                    on_revoke=lambda c, p: calls.append(("first", "revoked", sorted(p))))
+    got = []
+    deadline = time.monotonic() + 15
+    while len(got) < 6 and time.monotonic() < deadline:
+        got += first.poll_batch(0.2)
+    assert len(got) == 6
+    assert calls == [("first", "assigned", [("cb", 0), ("cb", 1)])]
+    first.commit(offsets={("cb", 0): 3})
+
+    second = weir.Consumer(broker, group_id="cbg", auto_offset_reset="earliest", enable_auto_commit=False)
+    second.subscribe(["cb"])
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not (len(first.assignment()) == 1 and len(second.assignment()) == 1):
+        first.poll_batch(0.1)
+        second.poll_batch(0.1)
+    first.poll_batch(0.1)
+    assert len(first.assignment()) == 1 and len(second.assignment()) == 1
+    assert calls[1][:2] == ("first", "revoked") and len(calls[1][2]) == 1
+
+    [listing] = [g for g in admin.list_groups() if g.group_id == "cbg"]
+    assert listing.member_count == 2
+    description = admin.describe_group("cbg")
+    assert len(description.members) == 2
+    assert sorted(p for m in description.members for p in m.assigned) == [("cb", 0), ("cb", 1)]
+    lag = {row.partition: row for row in admin.group_lag("cbg")}
+    assert (lag[0].committed, lag[0].log_end_offset, lag[0].lag) == (3, 3, 0)
+    assert lag[1].committed is None and lag[1].log_end_offset == 3
+
+    first.close()
+    second.close()
+    admin.reset_offsets("cbg", {("cb", 1): 1})
+    assert {row.partition: row.committed for row in admin.group_lag("cbg")} == {0: 3, 1: 1}
+    admin.delete_groups(["cbg"])
+    assert "cbg" not in [g.group_id for g in admin.list_groups()]
