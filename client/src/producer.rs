@@ -27,7 +27,7 @@
 //! Bounds: `buffer_bytes_max` of unacknowledged records; one request in flight
 //! per partition. The sender runs on the tokio runtime that created the producer.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,7 +39,7 @@ use abi::ErrorCode;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, TopicInfo};
 use crate::config::{Acks, ProducerConfig};
 use crate::error::{broker_error, ClientError};
 use crate::partitioner::partition_for_key;
@@ -99,6 +99,17 @@ struct State {
     producer_id_retry_at: Option<Instant>,
     producer_id_backoff: Duration,
     closed: bool,
+    /// Topic names handed to `DeliveryFuture`s, one allocation per topic.
+    names: HashSet<Arc<str>>,
+}
+
+/// One record to queue, borrowed from the caller.
+struct RecordParts<'a> {
+    partition: Option<i32>,
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
+    headers: &'a [(&'a str, Option<&'a [u8]>)],
+    timestamp_ms: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -177,16 +188,55 @@ impl Producer {
     /// while the buffer is full. Fails at once for an unknown topic or partition
     /// and for a record bigger than the whole buffer.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
-        let inner = &self.inner;
-        let topic = inner.cluster.topic(&record.topic).await?;
-        let partition_count = topic.partitions.len() as i32;
-        if let Some(partition) = record.partition.filter(|partition| *partition < 0 || *partition >= partition_count) {
-            let message = format!("topic {:?} has no partition {partition} (it has {partition_count})", record.topic);
-            return Err(ClientError::broker(ErrorCode::UnknownTopicOrPartition, message));
-        }
+        let topic = self.topic_for_send(&record.topic, record.partition).await?;
         let headers: Vec<(&str, Option<&[u8]>)> =
             record.headers.iter().map(|(key, value)| (key.as_str(), value.as_deref())).collect();
-        let size_bytes = BatchWriter::record_size_bytes(record.key.as_deref(), record.value.as_deref(), &headers);
+        let parts = RecordParts {
+            partition: record.partition,
+            key: record.key.as_deref(),
+            value: record.value.as_deref(),
+            headers: &headers,
+            timestamp_ms: record.timestamp_ms,
+        };
+        self.enqueue(&topic, parts).await
+    }
+
+    /// Queues many records of one topic — `(key, value)` pairs, borrowed, no
+    /// headers, timestamped now — for `partition` or by key. The same as
+    /// `send` for each, with one metadata lookup for all: the path for SDKs
+    /// that hand over records in bulk. Stops at the first refusal.
+    pub async fn send_many<'a>(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        records: impl IntoIterator<Item = (Option<&'a [u8]>, Option<&'a [u8]>)>,
+    ) -> Result<Vec<DeliveryFuture>, ClientError> {
+        let topic = self.topic_for_send(topic, partition).await?;
+        let records = records.into_iter();
+        let mut futures = Vec::with_capacity(records.size_hint().0);
+        for (key, value) in records {
+            let parts = RecordParts { partition, key, value, headers: &[], timestamp_ms: None };
+            futures.push(self.enqueue(&topic, parts).await?);
+        }
+        Ok(futures)
+    }
+
+    /// The topic's metadata, checking that it has `partition`.
+    async fn topic_for_send(&self, topic: &str, partition: Option<i32>) -> Result<Arc<TopicInfo>, ClientError> {
+        let info = self.inner.cluster.topic(topic).await?;
+        let partition_count = info.partitions.len() as i32;
+        if let Some(partition) = partition.filter(|partition| *partition < 0 || *partition >= partition_count) {
+            let message = format!("topic {topic:?} has no partition {partition} (it has {partition_count})");
+            return Err(ClientError::broker(ErrorCode::UnknownTopicOrPartition, message));
+        }
+        Ok(info)
+    }
+
+    async fn enqueue(&self, topic: &TopicInfo, record: RecordParts<'_>) -> Result<DeliveryFuture, ClientError> {
+        let inner = &self.inner;
+        let partition_count = topic.partitions.len() as i32;
+        let headers = record.headers;
+        let size_bytes = BatchWriter::record_size_bytes(record.key, record.value, headers);
         if size_bytes > inner.config.buffer_bytes_max {
             let message =
                 format!("record of {size_bytes} bytes exceeds buffer.memory {}", inner.config.buffer_bytes_max);
@@ -194,12 +244,12 @@ impl Producer {
         }
         self.wait_for_space(size_bytes).await?;
         let timestamp_ms = record.timestamp_ms.unwrap_or_else(now_ms);
-        let topic_name: Arc<str> = topic.name.as_str().into();
         let mut state = inner.lock();
         if state.closed {
             return Err(ClientError::Closed);
         }
-        let partition = match (record.partition, &record.key) {
+        let topic_name = state.topic_name(&topic.name);
+        let partition = match (record.partition, record.key) {
             (Some(partition), _) => partition,
             (None, Some(key)) => partition_for_key(key, partition_count as u32) as i32,
             (None, None) => state.round_robin(&topic_name, partition_count),
@@ -225,7 +275,7 @@ impl Producer {
             }
         });
         let offset_delta = batch.writer.record_count() as i64;
-        batch.writer.push(timestamp_ms, record.key.as_deref(), record.value.as_deref(), &headers);
+        batch.writer.push(timestamp_ms, record.key, record.value, headers);
         batch.buffered_bytes += size_bytes;
         let outcome = batch.outcome.subscribe();
         if batch.writer.size_bytes() >= batch_bytes_max {
@@ -296,6 +346,15 @@ impl Producer {
 }
 
 impl State {
+    fn topic_name(&mut self, name: &str) -> Arc<str> {
+        if let Some(known) = self.names.get(name) {
+            return known.clone();
+        }
+        let name: Arc<str> = name.into();
+        self.names.insert(name.clone());
+        name
+    }
+
     /// The partition for a record without a key: the same one until its batch
     /// closes, then the next (Kafka's "sticky" spreading, in round-robin order).
     fn round_robin(&mut self, topic: &Arc<str>, partition_count: i32) -> i32 {

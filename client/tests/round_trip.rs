@@ -52,6 +52,33 @@ async fn records_round_trip_in_order_with_keys_headers_and_offsets() {
     broker.stop().await;
 }
 
+/// `send_many` (the SDKs' bulk path) is `send` for each record: key
+/// partitioning, order, offsets; a bad partition is refused before anything is
+/// queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_many_queues_borrowed_records_like_send() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("bulk", 4)).await.unwrap();
+    let producer = Producer::new(broker.producer_config()).unwrap();
+    let keys: Vec<Vec<u8>> = (0..200).map(|index| format!("key-{}", index % 9).into_bytes()).collect();
+    let values: Vec<Vec<u8>> = (0..200).map(|index| format!("value-{index}").into_bytes()).collect();
+    let records = keys.iter().zip(&values).map(|(key, value)| (Some(&key[..]), Some(&value[..])));
+    let futures = producer.send_many("bulk", None, records).await.unwrap();
+    let mut last_offset = BTreeMap::new();
+    for (index, future) in futures.into_iter().enumerate() {
+        let metadata = future.await.unwrap();
+        assert_eq!(metadata.partition as u32, partition_for_key(&keys[index], 4));
+        let previous = last_offset.insert(metadata.partition, metadata.offset);
+        assert!(previous.is_none_or(|previous| previous < metadata.offset), "send order kept");
+    }
+    let refused = producer.send_many("bulk", Some(4), [(None, Some(&b"x"[..]))]).await;
+    assert_eq!(code_of(refused), ErrorCode::UnknownTopicOrPartition);
+    let refused = producer.send_many("missing", None, [(None, Some(&b"x"[..]))]).await;
+    assert_eq!(code_of(refused), ErrorCode::UnknownTopicOrPartition);
+    broker.stop().await;
+}
+
 /// Many records per key over six partitions: every record of a key lands in
 /// one partition, Kafka's murmur2 choice (`partition_for_key`), in send order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
