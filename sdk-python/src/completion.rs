@@ -20,7 +20,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::{block, message, metadata_tuple, raise, runtime, Metadata};
+use crate::{block, messages, metadata_tuple, raise, runtime, Metadata};
 
 /// The result of one finished operation, still free of Python objects.
 pub(crate) enum Completion {
@@ -119,13 +119,7 @@ fn to_python(py: Python<'_>, completion: Completion) -> PyResult<(bool, Py<PyAny
     Ok(match completion {
         Completion::Unit => (true, py.None()),
         Completion::Metadata(metadata) => (true, metadata.into_pyobject(py)?.into_any().unbind()),
-        Completion::Records(records) => {
-            let messages = PyList::empty(py);
-            for record in records {
-                messages.append(message(py, record))?;
-            }
-            (true, messages.into_any().unbind())
-        }
+        Completion::Records(records) => (true, messages(py, records)?.into_any().unbind()),
         Completion::Offset(offset) => (true, offset.into_pyobject(py)?.into_any().unbind()),
         Completion::Error(code, text) => (false, raise(py, code, text).into_value(py).into_any()),
     })

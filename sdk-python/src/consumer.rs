@@ -10,7 +10,7 @@ use std::time::Duration;
 use client::Offset;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList, PyString};
 
 use crate::completion::{call, Completion, CompletionQueue};
 use crate::{runtime, settings, to_py_err};
@@ -18,7 +18,7 @@ use crate::{runtime, settings, to_py_err};
 /// A record read by a consumer.
 #[pyclass(module = "weir._native", get_all, frozen)]
 pub(crate) struct Message {
-    topic: String,
+    topic: Py<PyString>,
     partition: i32,
     offset: i64,
     timestamp: i64,
@@ -29,22 +29,42 @@ pub(crate) struct Message {
 
 #[pymethods]
 impl Message {
-    fn __repr__(&self) -> String {
-        format!("Message(topic={:?}, partition={}, offset={})", self.topic, self.partition, self.offset)
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "Message(topic={:?}, partition={}, offset={})",
+            self.topic.bind(py).to_string(),
+            self.partition,
+            self.offset
+        )
     }
 }
 
-pub(crate) fn message(py: Python<'_>, record: client::ConsumerRecord) -> Message {
-    let bytes = |bytes: &[u8]| PyBytes::new(py, bytes).unbind();
-    Message {
-        topic: record.topic.to_string(),
-        partition: record.partition,
-        offset: record.offset,
-        timestamp: record.timestamp_ms,
-        key: record.key.as_deref().map(bytes),
-        value: record.value.as_deref().map(bytes),
-        headers: record.headers.iter().map(|(key, value)| (key.clone(), value.as_deref().map(bytes))).collect(),
+/// A list of `Message`s; records of one topic share one `str` for its name.
+pub(crate) fn messages(py: Python<'_>, records: Vec<client::ConsumerRecord>) -> PyResult<Bound<'_, PyList>> {
+    let list = PyList::empty(py);
+    let mut topic: Option<(std::sync::Arc<str>, Py<PyString>)> = None;
+    for record in records {
+        let name = match &topic {
+            Some((name, string)) if std::sync::Arc::ptr_eq(name, &record.topic) => string.clone_ref(py),
+            _ => {
+                let string = PyString::new(py, &record.topic).unbind();
+                topic = Some((record.topic.clone(), string.clone_ref(py)));
+                string
+            }
+        };
+        let bytes = |bytes: &[u8]| PyBytes::new(py, bytes).unbind();
+        let message = Message {
+            topic: name,
+            partition: record.partition,
+            offset: record.offset,
+            timestamp: record.timestamp_ms,
+            key: record.key.as_deref().map(bytes),
+            value: record.value.as_deref().map(bytes),
+            headers: record.headers.iter().map(|(key, value)| (key.clone(), value.as_deref().map(bytes))).collect(),
+        };
+        list.append(Bound::new(py, message)?)?;
     }
+    Ok(list)
 }
 
 type Partitions = Vec<(String, i32)>;

@@ -22,7 +22,7 @@ use pyo3::exceptions::{PyException, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
-pub(crate) use consumer::message;
+pub(crate) use consumer::messages;
 
 /// Longest a blocking call waits before checking for signals.
 const WAIT_SLICE: Duration = Duration::from_millis(200);
@@ -141,12 +141,11 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let _ = BASE_ERROR.set(base);
     let _ = ERROR_TYPES.set(types);
     module.add_class::<producer::Producer>()?;
-    module.add_class::<producer::Delivery>()?;
+    module.add_class::<producer::DeliveryBatch>()?;
     module.add_class::<consumer::Consumer>()?;
     module.add_class::<consumer::Message>()?;
     module.add_class::<admin::Admin>()?;
     module.add_class::<completion::CompletionQueue>()?;
     module.add_function(wrap_pyfunction!(partition_for_key, module)?)?;
-    module.add_function(wrap_pyfunction!(producer::wait_all, module)?)?;
     Ok(())
 }

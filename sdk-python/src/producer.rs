@@ -1,71 +1,20 @@
 //! `weir._native.Producer` and the ways to wait for its acknowledgements: a
-//! `Delivery` per record (`produce_many`), a completion-queue entry (`produce`
-//! futures and `weir.aio`).
+//! completion-queue entry per record (`produce` futures and `weir.aio`), or one
+//! `DeliveryBatch` per `send_many` call.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use client::ClientError;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use pyo3::IntoPyObjectExt;
 use tokio::sync::mpsc;
 
 use crate::completion::{self, Completion, CompletionQueue, Sink};
 use crate::{block, metadata_tuple, raise, runtime, settings, to_py_err, Metadata};
 
 type Headers = Option<Vec<(String, Option<Vec<u8>>)>>;
-
-/// A record's pending acknowledgement.
-#[pyclass(module = "weir._native")]
-pub(crate) struct Delivery {
-    future: Mutex<Option<client::DeliveryFuture>>,
-    outcome: Mutex<Option<Result<Metadata, (u16, String)>>>,
-}
-
-impl Delivery {
-    fn new(future: client::DeliveryFuture) -> Delivery {
-        Delivery { future: Mutex::new(Some(future)), outcome: Mutex::new(None) }
-    }
-}
-
-#[pymethods]
-impl Delivery {
-    /// Waits for the acknowledgement (at most `timeout` seconds; `None` waits as
-    /// long as the producer's delivery timeout allows).
-    #[pyo3(signature = (timeout=None))]
-    fn result(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Metadata> {
-        if let Some(outcome) = self.outcome.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone() {
-            return outcome.map_err(|(code, message)| raise(py, code, message));
-        }
-        let Some(future) = self.future.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() else {
-            return Err(PyRuntimeError::new_err("another thread is waiting for this delivery"));
-        };
-        let wait = async move {
-            match timeout {
-                Some(seconds) => {
-                    tokio::time::timeout(Duration::from_secs_f64(seconds.max(0.0)), future.wait()).await.unwrap_or(Err(
-                        ClientError::Timeout { operation: "delivery", timeout_ms: (seconds * 1000.0) as u64 },
-                    ))
-                }
-                None => future.wait().await,
-            }
-        };
-        let outcome = block(py, wait).map(|metadata| metadata_tuple(&metadata));
-        let stored = match &outcome {
-            Ok(metadata) => Ok(metadata.clone()),
-            Err(error) => Err(error_parts(py, error)),
-        };
-        *self.outcome.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(stored);
-        outcome
-    }
-}
-
-fn error_parts(py: Python<'_>, error: &PyErr) -> (u16, String) {
-    let code = error.value(py).getattr("code").and_then(|code| code.extract::<u16>()).unwrap_or(1);
-    (code, error.value(py).to_string())
-}
 
 /// Work for the ordered task of `weir.aio`: sends stay in call order without
 /// blocking the event loop.
@@ -189,8 +138,9 @@ impl Producer {
         self.ordered(Job::Send(record, queue.sink.clone(), token))
     }
 
-    /// Queues many records of one topic in one call (one GIL release for all);
-    /// returns one `Delivery` each. `keys`, when given, pairs with `values`.
+    /// Queues many records of one topic in one call; `keys`, when given, pairs
+    /// with `values`. The bytes are read in place (no copy before the batch),
+    /// and one `DeliveryBatch` stands for all the acknowledgements.
     #[pyo3(signature = (topic, values, keys=None, partition=None))]
     fn send_many(
         &self,
@@ -199,27 +149,22 @@ impl Producer {
         values: Vec<Option<Bound<'_, PyBytes>>>,
         keys: Option<Vec<Option<Bound<'_, PyBytes>>>>,
         partition: Option<i32>,
-    ) -> PyResult<Vec<Delivery>> {
+    ) -> PyResult<DeliveryBatch> {
         if keys.as_ref().is_some_and(|keys| keys.len() != values.len()) {
             return Err(PyValueError::new_err("keys and values must have the same length"));
         }
-        // bytes → Vec<u8> by memcpy (extracting Vec<u8> directly goes element by element).
-        let owned = |bytes: Option<Bound<'_, PyBytes>>| bytes.map(|bytes| bytes.as_bytes().to_vec());
-        let values: Vec<Option<Vec<u8>>> = values.into_iter().map(owned).collect();
-        let keys: Option<Vec<Option<Vec<u8>>>> = keys.map(|keys| keys.into_iter().map(owned).collect());
+        // Borrowed: `values` and `keys` keep the (immutable) bytes objects alive
+        // for the whole call, GIL or not.
+        let values: Vec<Option<&[u8]>> =
+            values.iter().map(|bytes| bytes.as_ref().map(|bytes| bytes.as_bytes())).collect();
+        let keys: Vec<Option<&[u8]>> = match &keys {
+            Some(keys) => keys.iter().map(|bytes| bytes.as_ref().map(|bytes| bytes.as_bytes())).collect(),
+            None => vec![None; values.len()],
+        };
         let producer = self.inner.clone();
-        let futures = block(py, async move {
-            let mut keys = keys.map(Vec::into_iter);
-            let mut futures = Vec::with_capacity(values.len());
-            for value in values {
-                let key = keys.as_mut().and_then(Iterator::next).flatten();
-                let record =
-                    client::ProducerRecord { topic: topic.clone(), partition, key, value, ..Default::default() };
-                futures.push(producer.send(record).await?);
-            }
-            Ok(futures)
-        })?;
-        Ok(futures.into_iter().map(Delivery::new).collect())
+        let records = keys.into_iter().zip(values);
+        let futures = block(py, async move { producer.send_many(&topic, partition, records).await })?;
+        Ok(DeliveryBatch { futures: Mutex::new(Some(futures)), outcomes: Mutex::new(None) })
     }
 
     /// Sends everything buffered and waits for every acknowledgement.
@@ -251,22 +196,68 @@ impl Producer {
     }
 }
 
-/// Waits for many deliveries in one call (one GIL release); returns their
-/// metadata in order, or raises the first failure.
-#[pyfunction]
-pub(crate) fn wait_all(py: Python<'_>, deliveries: Vec<PyRef<'_, Delivery>>) -> PyResult<Vec<Metadata>> {
-    let mut futures = Vec::with_capacity(deliveries.len());
-    for delivery in &deliveries {
-        match delivery.future.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
-            Some(future) => futures.push(future),
-            None => return Err(PyRuntimeError::new_err("a delivery was already waited for")),
+type Outcome = Result<Metadata, (u16, String)>;
+
+/// The acknowledgements of one `send_many` call: one Python object for all of
+/// them (thousands of per-record objects would keep the cyclic GC busy).
+#[pyclass(module = "weir._native")]
+pub(crate) struct DeliveryBatch {
+    futures: Mutex<Option<Vec<client::DeliveryFuture>>>,
+    outcomes: Mutex<Option<std::sync::Arc<Vec<Outcome>>>>,
+}
+
+impl DeliveryBatch {
+    /// Waits for every acknowledgement once; later calls reuse the outcomes.
+    fn settle(&self, py: Python<'_>) -> PyResult<std::sync::Arc<Vec<Outcome>>> {
+        if let Some(outcomes) = &*self.outcomes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+            return Ok(outcomes.clone());
+        }
+        let Some(futures) = self.futures.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() else {
+            return Err(PyRuntimeError::new_err("another thread is waiting for these deliveries"));
+        };
+        let outcomes = block(py, async move {
+            let mut outcomes = Vec::with_capacity(futures.len());
+            for future in futures {
+                outcomes.push(match future.wait().await {
+                    Ok(metadata) => Ok(metadata_tuple(&metadata)),
+                    Err(error) => Err((error.code().as_u16(), error.to_string())),
+                });
+            }
+            Ok(std::sync::Arc::new(outcomes))
+        })?;
+        *self.outcomes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(outcomes.clone());
+        Ok(outcomes)
+    }
+}
+
+#[pymethods]
+impl DeliveryBatch {
+    fn __len__(&self) -> usize {
+        let outcomes = self.outcomes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match &*outcomes {
+            Some(outcomes) => outcomes.len(),
+            None => self.futures.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).as_ref().map_or(0, Vec::len),
         }
     }
-    block(py, async move {
-        let mut results = Vec::with_capacity(futures.len());
-        for future in futures {
-            results.push(metadata_tuple(&future.wait().await?));
+
+    /// Waits for all; raises the first failure. Makes no per-record objects.
+    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        match self.settle(py)?.iter().find_map(|outcome| outcome.as_ref().err()) {
+            Some((code, message)) => Err(raise(py, *code, message.clone())),
+            None => Ok(()),
         }
-        Ok(results)
-    })
+    }
+
+    /// Waits for all; one `(topic, partition, offset, timestamp)` tuple or
+    /// exception object per record, in order.
+    fn outcomes(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        let outcomes = self.settle(py)?;
+        outcomes
+            .iter()
+            .map(|outcome| match outcome {
+                Ok(metadata) => metadata.clone().into_py_any(py),
+                Err((code, message)) => Ok(raise(py, *code, message.clone()).into_value(py).into_any()),
+            })
+            .collect()
+    }
 }

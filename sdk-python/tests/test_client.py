@@ -164,10 +164,13 @@ def test_produce_many_keeps_order_and_key_partitioning(broker):
         deliveries = producer.produce_many("bulk", [f"v{i}".encode() for i in range(300)], keys=keys)
         assert len(deliveries) == 300
         landed = deliveries.results()
-        one_by_one = producer.produce_many("bulk", [b"x", b"y"])
-        assert [one_by_one[i].result(timeout=10).topic for i in range(2)] == ["bulk", "bulk"]
+        checked = producer.produce_many("bulk", [b"x", b"y"])
+        checked.wait()
+        assert [outcome.topic for outcome in checked.outcomes()] == ["bulk", "bulk"]
         together = [producer.produce_many("bulk", [b"z"]), producer.produce("bulk", b"w")]
         assert [metadata.topic for metadata in weir.wait_all(together)] == ["bulk", "bulk"]
+        with pytest.raises(weir.UnknownTopicOrPartitionError):
+            producer.produce_many("bulk", [b"v"], partition=9)
     for key, metadata in zip(keys, landed):
         assert metadata.partition == weir.partition_for_key(key, 4)
     by_partition = {}

@@ -38,7 +38,6 @@ __all__ = [
     "CommittedOffset",
     "Consumer",
     "Deliveries",
-    "Delivery",
     "GroupDescription",
     "GroupListing",
     "GroupMember",
@@ -79,56 +78,44 @@ class RecordMetadata:
     timestamp: int
 
 
-class Delivery:
-    """A produced record's pending acknowledgement."""
+class Deliveries:
+    """The acknowledgements of one :meth:`Producer.produce_many` call, as one
+    object (not one per record, so big batches do not keep Python's cyclic
+    garbage collector busy)."""
 
     def __init__(self, native):
         self._native = native
 
-    def result(self, timeout: Optional[float] = None) -> RecordMetadata:
-        """Waits for the acknowledgement; raises the record's error if it failed."""
-        return RecordMetadata(*self._native.result(timeout))
-
-
-class Deliveries:
-    """The acknowledgements of one :meth:`Producer.produce_many` call. One object
-    for the whole call (not one per record), so large batches do not wake
-    Python's cyclic garbage collector."""
-
-    def __init__(self, natives):
-        self._natives = natives
-
     def __len__(self) -> int:
-        return len(self._natives)
+        return len(self._native)
 
-    def __getitem__(self, index: int) -> Delivery:
-        return Delivery(self._natives[index])
+    def wait(self) -> None:
+        """Waits for all of them; raises the first failure. The cheapest check."""
+        self._native.wait()
 
     def results(self) -> list[RecordMetadata]:
-        """Waits for all of them in one native call; raises the first failure."""
-        return [RecordMetadata(*metadata) for metadata in _native.wait_all(self._natives)]
+        """Waits for all of them; their metadata in order, or the first failure raised."""
+        outcomes = self.outcomes()
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return outcomes
+
+    def outcomes(self) -> "list[RecordMetadata | WeirError]":
+        """Waits for all of them; per record its metadata or its error (not raised)."""
+        return [outcome if isinstance(outcome, BaseException) else RecordMetadata(*outcome)
+                for outcome in self._native.outcomes()]
 
 
-def wait_all(deliveries: "Sequence[Delivery | Deliveries | concurrent.futures.Future]") -> list[RecordMetadata]:
-    """Waits for many acknowledgements (``produce_many`` results, their items, or
-    ``produce`` futures) and returns them in order; raises the first failure.
-    ``Deliveries`` are waited for in one native call."""
+def wait_all(deliveries: "Sequence[Deliveries | concurrent.futures.Future]") -> list[RecordMetadata]:
+    """Waits for many acknowledgements (``produce_many`` results and ``produce``
+    futures) and returns their metadata in order; raises the first failure."""
     results: list[RecordMetadata] = []
-    natives = []
-
-    def settle():
-        results.extend(RecordMetadata(*metadata) for metadata in _native.wait_all(natives))
-        natives.clear()
-
     for item in deliveries:
         if isinstance(item, Deliveries):
-            natives.extend(item._natives)
-        elif isinstance(item, Delivery):
-            natives.append(item._native)
+            results.extend(item.results())
         else:
-            settle()
             results.append(item.result())
-    settle()
     return results
 
 
