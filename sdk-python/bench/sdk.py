@@ -8,7 +8,10 @@ Each round, on fresh page-cache topics (flush.policy=interval, one partition):
            acknowledgement checked with `Deliveries.wait`, next to `weir bench produce`;
   consume  the same topic read from offset 0: Python `Consumer.poll_batch`
            (a `weir.Message` per record, value as `bytes`), next to `weir bench consume`.
-Prints each round and the medians. Build the extension with
+Prints each round and the medians: throughput ratios (python / rust MB/s, which
+on a small machine also carry the broker's and the page cache's swings) and
+client CPU ratios (rust CPU-seconds / python CPU-seconds for the same bytes, the
+steadier measure of what the Python layer costs; above 1 = Python spends less). Build the extension with
 `maturin develop --release` first: a debug build measures the wrong thing.
 """
 
@@ -16,6 +19,7 @@ import argparse
 import json
 import os
 import pathlib
+import resource
 import statistics
 import subprocess
 import time
@@ -25,14 +29,31 @@ import weir
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def cpu_seconds(who):
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
 def rust_bench(args, workload, topic, *extra):
+    """(MB/s, CPU seconds of the `weir bench` process)."""
+    before = cpu_seconds(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
         [args.weir, "bench", workload, "--topic", topic, "--loopback-bytes", "0", "--format", "json",
          "--brokers", args.brokers, *extra],
         capture_output=True, check=True, text=True)
-    return json.loads(done.stdout)["mb_per_second"]
+    return json.loads(done.stdout)["mb_per_second"], cpu_seconds(resource.RUSAGE_CHILDREN) - before
 
 
+def measured(workload):
+    """(MB/s, CPU seconds of this process) of a Python workload."""
+    def run(*args):
+        before = cpu_seconds(resource.RUSAGE_SELF)
+        mb_per_second = workload(*args)
+        return mb_per_second, cpu_seconds(resource.RUSAGE_SELF) - before
+    return run
+
+
+@measured
 def python_produce(args, topic):
     value = b"a" * 1024
     with weir.Producer(args.brokers, acks="1") as producer:
@@ -44,6 +65,7 @@ def python_produce(args, topic):
     return args.records * 1024 / seconds / 1e6
 
 
+@measured
 def python_consume(args, topic, expected):
     consumer = weir.Consumer(args.brokers)
     consumer.assign([(topic, 0)])
@@ -69,7 +91,7 @@ def main():
     parser.add_argument("--weir", default=str(ROOT / "target" / "release" / "weir"))
     args = parser.parse_args()
     admin = weir.Admin(args.brokers)
-    ratios = {"produce": [], "consume": []}
+    ratios = {"produce": [], "consume": [], "produce cpu": [], "consume cpu": []}
     for round_ in range(args.rounds):
         python_topic, rust_topic = f"py-bench-{os.getpid()}-{round_}", f"rust-bench-{os.getpid()}-{round_}"
         for topic in (python_topic, rust_topic):
@@ -86,14 +108,17 @@ def main():
             py_produce = python_produce(args, python_topic)
             rs_consume = rust_bench(args, "consume", rust_topic)
             py_consume = python_consume(args, rust_topic, args.records)
-        ratios["produce"].append(py_produce / rs_produce)
-        ratios["consume"].append(py_consume / rs_consume)
-        print(f"round {round_ + 1}: produce python {py_produce:.0f} MB/s, rust {rs_produce:.0f} MB/s, "
-              f"ratio {py_produce / rs_produce:.2f} | consume python {py_consume:.0f} MB/s, "
-              f"rust {rs_consume:.0f} MB/s, ratio {py_consume / rs_consume:.2f}", flush=True)
+        line = [f"round {round_ + 1}:"]
+        for name, python, rust in (("produce", py_produce, rs_produce), ("consume", py_consume, rs_consume)):
+            ratios[name].append(python[0] / rust[0])
+            ratios[f"{name} cpu"].append(rust[1] / python[1])
+            line.append(f"{name} python {python[0]:.0f} MB/s {python[1]:.2f} cpu-s, "
+                        f"rust {rust[0]:.0f} MB/s {rust[1]:.2f} cpu-s;")
+        print(" ".join(line), flush=True)
         admin.delete_topics([python_topic, rust_topic])
-    for workload, values in ratios.items():
-        print(f"{workload}: python / rust median {statistics.median(values):.2f} "
+    for name, values in ratios.items():
+        kind = "rust cpu-s / python cpu-s" if name.endswith("cpu") else "python / rust MB/s"
+        print(f"{name}: {kind} median {statistics.median(values):.2f} "
               f"(rounds {' / '.join(f'{value:.2f}' for value in values)})")
 
 

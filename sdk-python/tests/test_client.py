@@ -3,6 +3,7 @@ partitioning equal to the Rust client's, a consumer group, typed errors."""
 
 import concurrent.futures
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -179,3 +180,39 @@ def test_produce_many_keeps_order_and_key_partitioning(broker):
     assert all(offsets == sorted(offsets) for offsets in by_partition.values()), "send order kept per partition"
     with pytest.raises(ValueError):
         weir.Producer(broker).produce_many("bulk", [b"a", b"b"], keys=[b"only-one"])
+
+
+# Kafka's murmur2 of these keys (the Java client's values, also checked by the
+# Rust client's unit tests): every SDK must put them on the same partitions.
+KAFKA_MURMUR2 = {b"1": -1993445489, b"12": 126087238, b"123": -267702483, b"1234": -1614185708, b"12345": -1188365604}
+
+
+def test_keys_land_where_kafka_puts_them(broker):
+    weir.Admin(broker).create_topics([weir.NewTopic("vectors", num_partitions=7)])
+    with weir.Producer(broker) as producer:
+        futures = {key: producer.produce("vectors", b"v", key=key) for key in KAFKA_MURMUR2}
+        for key, murmur in KAFKA_MURMUR2.items():
+            expected = (murmur & 0x7FFFFFFF) % 7
+            assert futures[key].result(timeout=10).partition == expected == weir.partition_for_key(key, 7)
+
+
+def test_ctrl_c_interrupts_a_blocking_poll(broker):
+    weir.Admin(broker).create_topics([weir.NewTopic("quiet")])
+    script = (
+        "import sys, time, weir\n"
+        "consumer = weir.Consumer(sys.argv[1])\n"
+        "consumer.assign([('quiet', 0)])\n"
+        "print('polling', flush=True)\n"
+        "started = time.monotonic()\n"
+        "try:\n"
+        "    consumer.poll_batch(30.0)\n"
+        "except KeyboardInterrupt:\n"
+        "    print(f'interrupted after {time.monotonic() - started:.1f}s', flush=True)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script, broker], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "polling"
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=10)
+    assert process.returncode == 0 and out.startswith("interrupted after"), out
+    assert float(out.split()[2].rstrip("s")) < 5, "stopped within a wait slice, not after the 30 s poll"
