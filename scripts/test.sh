@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Weir's whole test suite, as CI runs it: formatting, lints, then every crate's
-# tests (unit, property, model-based, crash-consistency, real-file and CLI tests),
+# tests (unit, property, model-based, crash-consistency, real-file and CLI tests,
+# plugin tests against the WebAssembly plugins scripts/build-plugins.sh builds),
 # then the Python SDK built with maturin into a venv and tested with pytest against
 # the real broker binary.
 # Long randomized runs are gated behind env vars (WEIR_CRASH_SEEDS, WEIR_MODEL_SEEDS);
@@ -15,6 +16,9 @@ cargo fmt --all -- --check
 
 step "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "plugins: the SDK and first-party plugins as WebAssembly components"
+./scripts/build-plugins.sh
 
 step "cargo test"
 cargo test --workspace --locked

@@ -1,0 +1,888 @@
+//! Runs Weir plugins: WebAssembly components of the `weir:plugin` contract
+//! (`wit/weir-plugin.wit`) under wasmtime, so that a plugin can never crash,
+//! stall or exhaust its host.
+//!
+//! - [`PluginEngine`] compiles uploads ([`PluginEngine::compile`]: valid
+//!   component, exports exactly one hook world) and owns the 1 ms epoch ticker.
+//! - [`Plugin`] is one attached or deployed plugin with its configuration: it
+//!   instantiates lazily from an `InstancePre`, calls `init`, and runs batches.
+//!
+//! Safety rules, all enforced here: every call has a deadline (epoch
+//! interruption: the call traps at most one tick after it); each instance's
+//! memories are capped (`StoreLimits`; growing past the cap traps); a trap drops
+//! the instance and the next call gets a fresh one (a batch that trapped for any
+//! reason but its deadline is retried once on the fresh instance); everything a
+//! plugin returns is checked (spans, counts, bytes) before the host uses it; the
+//! only import is `log`, bounded per message and per instance. WASI imports a
+//! Rust guest carries from its standard library are defined to trap — the guest
+//! SDK routes panic messages to `log` instead of stderr.
+
+mod bindings;
+mod packed;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder,
+};
+
+use bindings::consume_interceptor::{ConsumeInterceptorPlugin, ConsumeInterceptorPluginPre};
+use bindings::partitioner::{PartitionerPlugin, PartitionerPluginPre};
+use bindings::produce_interceptor::{ProduceInterceptorPlugin, ProduceInterceptorPluginPre};
+use bindings::transform::{TransformPlugin, TransformPluginPre};
+use bindings::{host, types};
+
+pub use packed::{PackedBatch, PackedRecord, NULL, STRIDE};
+
+/// The contract version this host speaks.
+pub const CONTRACT: &str = "weir:plugin@0.1.0";
+
+/// Which hook a plugin implements (the world it exports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HookKind {
+    Partitioner,
+    ProduceInterceptor,
+    ConsumeInterceptor,
+    Transform,
+}
+
+impl HookKind {
+    pub const ALL: [HookKind; 4] =
+        [HookKind::Partitioner, HookKind::ProduceInterceptor, HookKind::ConsumeInterceptor, HookKind::Transform];
+
+    /// The name used in the CLI, the schema and the WIT (`produce-interceptor`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            HookKind::Partitioner => "partitioner",
+            HookKind::ProduceInterceptor => "produce-interceptor",
+            HookKind::ConsumeInterceptor => "consume-interceptor",
+            HookKind::Transform => "transform",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<HookKind> {
+        HookKind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+
+    fn export(self) -> String {
+        format!("weir:plugin/{}@0.1.0", self.name())
+    }
+}
+
+/// Bounds every plugin runs under.
+#[derive(Clone, Debug)]
+pub struct HostLimits {
+    /// Longest one call (one batch) may run.
+    pub call_deadline: Duration,
+    /// Cap on an instance's linear memories, together.
+    pub memory_bytes: usize,
+    /// Output records per call (replacements, transform output).
+    pub output_records_max: usize,
+    /// Output arena bytes per call.
+    pub output_bytes_max: usize,
+    /// Log entries kept per plugin, and bytes per entry.
+    pub log_entries_max: usize,
+    pub log_message_bytes_max: usize,
+    /// Instances alive at once in this engine (sizes the pooling allocator).
+    pub instances_max: u32,
+}
+
+impl Default for HostLimits {
+    fn default() -> HostLimits {
+        HostLimits {
+            call_deadline: Duration::from_millis(10),
+            memory_bytes: 16 << 20,
+            output_records_max: 100_000,
+            output_bytes_max: 32 << 20,
+            log_entries_max: 256,
+            log_message_bytes_max: 1024,
+            instances_max: 64,
+        }
+    }
+}
+
+/// Why a plugin could not be loaded or did not do its job.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PluginError {
+    /// Not a valid component, or not one of the contract's worlds.
+    #[error("not a valid weir plugin: {0}")]
+    Invalid(String),
+    /// `init` refused its configuration.
+    #[error("the plugin refused its configuration: {0}")]
+    Config(String),
+    #[error("the plugin ran past its {deadline_ms} ms deadline")]
+    Deadline { deadline_ms: u64 },
+    /// Trapped (a panic, an out-of-bounds access, the memory cap, …).
+    #[error("the plugin trapped: {0}")]
+    Trap(String),
+    /// The plugin answered with an error of its own.
+    #[error("the plugin failed ({code}): {message}")]
+    Failed { code: &'static str, message: String },
+    /// Output that breaks the contract (bad spans, wrong counts, too much).
+    #[error("the plugin returned bad output: {0}")]
+    BadOutput(String),
+    /// No instance slot free, or another host-side limit.
+    #[error("cannot run the plugin: {0}")]
+    Unavailable(String),
+}
+
+/// A plugin's log: the newest entries, each truncated.
+#[derive(Debug, Default)]
+pub struct PluginLog {
+    entries: Mutex<VecDeque<LogEntry>>,
+    capacity: usize,
+    message_bytes_max: usize,
+    dropped: AtomicU64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogEntry {
+    pub unix_ms: i64,
+    /// `trace` … `error`.
+    pub level: &'static str,
+    pub message: String,
+}
+
+impl PluginLog {
+    pub fn new(capacity: usize, message_bytes_max: usize) -> PluginLog {
+        PluginLog { entries: Mutex::default(), capacity, message_bytes_max, dropped: AtomicU64::new(0) }
+    }
+
+    /// Adds an entry (the host's own notes about the plugin, too).
+    pub fn push(&self, level: &'static str, mut message: String) {
+        if message.len() > self.message_bytes_max {
+            let mut cut = self.message_bytes_max;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push('…');
+        }
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_millis() as i64);
+        let mut entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if entries.len() >= self.capacity.max(1) {
+            entries.pop_front();
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        entries.push_back(LogEntry { unix_ms, level, message });
+    }
+
+    pub fn entries(&self) -> Vec<LogEntry> {
+        self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).iter().cloned().collect()
+    }
+
+    /// Entries pushed out by newer ones.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Counters of one plugin.
+#[derive(Debug, Default)]
+pub struct PluginMetrics {
+    pub calls: AtomicU64,
+    pub errors: AtomicU64,
+    pub traps: AtomicU64,
+    pub instantiations: AtomicU64,
+    pub busy_nanos: AtomicU64,
+}
+
+/// What a store holds for the host functions.
+struct State {
+    limits: StoreLimits,
+    log: Arc<PluginLog>,
+}
+
+impl types::Host for State {}
+
+impl host::Host for State {
+    fn log(&mut self, level: host::Level, message: String) {
+        let level = match level {
+            host::Level::Trace => "trace",
+            host::Level::Debug => "debug",
+            host::Level::Info => "info",
+            host::Level::Warn => "warn",
+            host::Level::Error => "error",
+        };
+        self.log.push(level, message);
+    }
+}
+
+/// Compiles plugins and runs the epoch ticker; share one per process.
+pub struct PluginEngine {
+    engine: Engine,
+    linker: Linker<State>,
+    limits: HostLimits,
+    stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for PluginEngine {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("PluginEngine").field("limits", &self.limits).finish_non_exhaustive()
+    }
+}
+
+impl Drop for PluginEngine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// How often the epoch advances: the granularity of call deadlines.
+pub const TICK: Duration = Duration::from_millis(1);
+
+fn internal(error: impl std::fmt::Display) -> PluginError {
+    PluginError::Unavailable(error.to_string())
+}
+
+impl PluginEngine {
+    pub fn new(limits: HostLimits) -> Result<PluginEngine, PluginError> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        let mut pooling = PoolingAllocationConfig::default();
+        pooling.total_component_instances(limits.instances_max);
+        // A Rust component is a few core instances, each with a memory and tables.
+        pooling.total_core_instances(limits.instances_max * 8);
+        pooling.total_memories(limits.instances_max * 2);
+        pooling.total_tables(limits.instances_max * 8);
+        pooling.max_memory_size(limits.memory_bytes);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+        let engine = Engine::new(&config).map_err(internal)?;
+        let mut linker = Linker::new(&engine);
+        PartitionerPlugin::add_to_linker::<State, HasSelf<State>>(&mut linker, |state| state).map_err(internal)?;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticker = (engine.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("weir-plugin-epoch".to_owned())
+            .spawn(move || {
+                let (engine, stop) = ticker;
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(TICK);
+                    engine.increment_epoch();
+                }
+            })
+            .map_err(internal)?;
+        Ok(PluginEngine { engine, linker, limits, stop })
+    }
+
+    pub fn limits(&self) -> &HostLimits {
+        &self.limits
+    }
+
+    /// Validates and compiles an upload: a component exporting exactly one of
+    /// the contract's hook worlds. Slow (tens to hundreds of ms): do it once, on
+    /// upload, and keep the result (or its [`CompiledPlugin::serialize`]d form).
+    pub fn compile(&self, wasm: &[u8]) -> Result<CompiledPlugin, PluginError> {
+        if !wasm.starts_with(b"\0asm") {
+            return Err(PluginError::Invalid("not a WebAssembly binary (no \\0asm header)".to_owned()));
+        }
+        if wasm.get(4..8) == Some(&[1, 0, 0, 0]) {
+            return Err(PluginError::Invalid(
+                "a core WebAssembly module, not a component: build the plugin for wasm32-wasip2 \
+                 (see plugins/README.md)"
+                    .to_owned(),
+            ));
+        }
+        let component = Component::new(&self.engine, wasm).map_err(|error| {
+            PluginError::Invalid(format!("not a WebAssembly component the host can compile: {error:#}"))
+        })?;
+        self.prepare(component, hex_sha256(wasm))
+    }
+
+    /// Loads what [`CompiledPlugin::serialize`] wrote. Only ever pass bytes this
+    /// host wrote itself (they are machine code): never user uploads.
+    ///
+    /// # Safety
+    /// `bytes` must come from `serialize` of an engine with the same
+    /// configuration, unmodified.
+    pub unsafe fn deserialize(&self, bytes: &[u8], digest: String) -> Result<CompiledPlugin, PluginError> {
+        // SAFETY: the caller guarantees the bytes are our own serialized output.
+        let component = unsafe { Component::deserialize(&self.engine, bytes) }.map_err(internal)?;
+        self.prepare(component, digest)
+    }
+
+    fn prepare(&self, component: Component, digest: String) -> Result<CompiledPlugin, PluginError> {
+        let exported: Vec<String> =
+            component.component_type().exports(&self.engine).map(|(name, _)| name.to_owned()).collect();
+        let kinds: Vec<HookKind> =
+            HookKind::ALL.into_iter().filter(|kind| exported.iter().any(|name| *name == kind.export())).collect();
+        let kind = match kinds[..] {
+            [kind] => kind,
+            [] => {
+                return Err(PluginError::Invalid(format!(
+                    "exports none of the {CONTRACT} hooks (partitioner, produce-interceptor, \
+                     consume-interceptor, transform); it exports {exported:?}"
+                )))
+            }
+            _ => return Err(PluginError::Invalid(format!("exports more than one hook: {kinds:?}"))),
+        };
+        let mut linker = self.linker.clone();
+        // Rust's std seeds HashMap hashers from `wasi:random/insecure-seed`: a
+        // fixed seed keeps plugins deterministic (no randomness) and HashMap
+        // usable. Defined under the exact version the component imports.
+        for (name, _) in component.component_type().imports(&self.engine) {
+            if name.starts_with("wasi:random/insecure-seed@0.2.") {
+                linker
+                    .instance(name)
+                    .and_then(|mut instance| {
+                        instance.func_wrap("insecure-seed", |_, (): ()| Ok(((0x5765_6972_u64, 0x706c_7567_u64),)))
+                    })
+                    .map_err(internal)?;
+            }
+        }
+        linker
+            .define_unknown_imports_as_traps(&component)
+            .map_err(|error| PluginError::Invalid(format!("imports something this host cannot provide: {error:#}")))?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .map_err(|error| PluginError::Invalid(format!("cannot be linked: {error:#}")))?;
+        let mismatch = |error: wasmtime::Error| {
+            PluginError::Invalid(format!("does not match the {} world: {error:#}", kind.name()))
+        };
+        let pre = match kind {
+            HookKind::Partitioner => Pre::Partitioner(PartitionerPluginPre::new(pre).map_err(mismatch)?),
+            HookKind::ProduceInterceptor => {
+                Pre::ProduceInterceptor(ProduceInterceptorPluginPre::new(pre).map_err(mismatch)?)
+            }
+            HookKind::ConsumeInterceptor => {
+                Pre::ConsumeInterceptor(ConsumeInterceptorPluginPre::new(pre).map_err(mismatch)?)
+            }
+            HookKind::Transform => Pre::Transform(TransformPluginPre::new(pre).map_err(mismatch)?),
+        };
+        Ok(CompiledPlugin { kind, digest, component, pre, engine: self.engine.clone(), limits: self.limits.clone() })
+    }
+}
+
+/// The lowercase hex SHA-256 of `bytes`: a plugin's content address.
+pub fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+enum Pre {
+    Partitioner(PartitionerPluginPre<State>),
+    ProduceInterceptor(ProduceInterceptorPluginPre<State>),
+    ConsumeInterceptor(ConsumeInterceptorPluginPre<State>),
+    Transform(TransformPluginPre<State>),
+}
+
+/// A validated, compiled plugin, ready to instantiate.
+pub struct CompiledPlugin {
+    kind: HookKind,
+    digest: String,
+    component: Component,
+    pre: Pre,
+    engine: Engine,
+    limits: HostLimits,
+}
+
+impl std::fmt::Debug for CompiledPlugin {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("CompiledPlugin").field("kind", &self.kind).field("digest", &self.digest).finish()
+    }
+}
+
+impl CompiledPlugin {
+    pub fn kind(&self) -> HookKind {
+        self.kind
+    }
+
+    /// SHA-256 of the uploaded bytes.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The compiled artifact, for a cache only this host reads.
+    pub fn serialize(&self) -> Result<Vec<u8>, PluginError> {
+        self.component.serialize().map_err(internal)
+    }
+}
+
+enum Exports {
+    Partitioner(PartitionerPlugin),
+    ProduceInterceptor(ProduceInterceptorPlugin),
+    ConsumeInterceptor(ConsumeInterceptorPlugin),
+    Transform(TransformPlugin),
+}
+
+/// What a plugin's `init` reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+}
+
+/// A produce interceptor's answer for a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProduceOutcome {
+    /// Store the batch as it is.
+    Accept,
+    /// Store these records instead (same count and order; replaced values in place).
+    Rewrite(PackedBatch),
+    /// Refuse the batch: `(record index, reason)` per rejected record.
+    Reject(Vec<(usize, String)>),
+}
+
+/// A consume interceptor's answer for a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConsumeOutcome {
+    Accept,
+    /// The records to hand out (offset deltas of the input; dropped ones missing).
+    Rewrite(PackedBatch),
+}
+
+/// A transform's output for a batch: records and, per record, its output topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransformOutcome {
+    pub records: PackedBatch,
+    pub topic_index: Vec<u8>,
+}
+
+/// A failure inside a call, before it is reported.
+enum CallError {
+    Trap(String),
+    Deadline,
+    Other(PluginError),
+}
+
+fn classify(error: wasmtime::Error) -> CallError {
+    match error.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => CallError::Deadline,
+        _ => CallError::Trap(format!("{error:#}")),
+    }
+}
+
+fn plugin_error(error: types::PluginError) -> PluginError {
+    match error.code {
+        types::ErrorCode::InvalidConfig => PluginError::Config(error.message),
+        types::ErrorCode::InvalidInput => PluginError::Failed { code: "invalid-input", message: error.message },
+        types::ErrorCode::Retryable => PluginError::Failed { code: "retryable", message: error.message },
+        types::ErrorCode::Internal => PluginError::Failed { code: "internal", message: error.message },
+    }
+}
+
+struct Instance {
+    store: Store<State>,
+    exports: Exports,
+}
+
+impl Instance {
+    fn new(plugin: &CompiledPlugin, log: &Arc<PluginLog>) -> Result<Instance, CallError> {
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(plugin.limits.memory_bytes)
+            .trap_on_grow_failure(true)
+            .instances(32)
+            .tables(64)
+            .memories(8)
+            .build();
+        let state = State { limits, log: log.clone() };
+        let mut store = Store::new(&plugin.engine, state);
+        store.limiter(|state| &mut state.limits);
+        store.set_epoch_deadline(deadline_ticks(&plugin.limits));
+        let exports = match &plugin.pre {
+            Pre::Partitioner(pre) => pre.instantiate(&mut store).map(Exports::Partitioner),
+            Pre::ProduceInterceptor(pre) => pre.instantiate(&mut store).map(Exports::ProduceInterceptor),
+            Pre::ConsumeInterceptor(pre) => pre.instantiate(&mut store).map(Exports::ConsumeInterceptor),
+            Pre::Transform(pre) => pre.instantiate(&mut store).map(Exports::Transform),
+        }
+        .map_err(|error| match error.downcast_ref::<wasmtime::Trap>() {
+            Some(_) => classify(error),
+            None => CallError::Other(PluginError::Unavailable(format!("cannot instantiate: {error:#}"))),
+        })?;
+        Ok(Instance { store, exports })
+    }
+
+    #[allow(clippy::ptr_arg)] // the generated binding takes a &Vec
+    fn init(&mut self, config: &Vec<(String, String)>, deadline: u64) -> Result<PluginInfo, CallError> {
+        self.store.set_epoch_deadline(deadline);
+        let store = &mut self.store;
+        let answer = match &self.exports {
+            Exports::Partitioner(plugin) => plugin.weir_plugin_partitioner().call_init(store, config),
+            Exports::ProduceInterceptor(plugin) => plugin.weir_plugin_produce_interceptor().call_init(store, config),
+            Exports::ConsumeInterceptor(plugin) => plugin.weir_plugin_consume_interceptor().call_init(store, config),
+            Exports::Transform(plugin) => plugin.weir_plugin_transform().call_init(store, config),
+        };
+        match answer.map_err(classify)? {
+            Ok(info) => Ok(PluginInfo { name: info.name, version: info.version }),
+            Err(error) => Err(CallError::Other(plugin_error(error))),
+        }
+    }
+}
+
+fn deadline_ticks(limits: &HostLimits) -> u64 {
+    (limits.call_deadline.as_nanos() / TICK.as_nanos()).max(1) as u64
+}
+
+/// One attached or deployed plugin: its compiled code, configuration, current
+/// instance, log and counters. Calls take `&mut self`: one batch at a time.
+pub struct Plugin {
+    compiled: Arc<CompiledPlugin>,
+    config: Vec<(String, String)>,
+    instance: Option<Instance>,
+    info: PluginInfo,
+    log: Arc<PluginLog>,
+    metrics: Arc<PluginMetrics>,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Plugin").field("compiled", &self.compiled).field("info", &self.info).finish()
+    }
+}
+
+impl Plugin {
+    /// Instantiates `compiled` and runs `init(config)`: a refused configuration
+    /// is a [`PluginError::Config`] here, before anything is attached.
+    pub fn start(
+        compiled: Arc<CompiledPlugin>,
+        config: Vec<(String, String)>,
+        log: Arc<PluginLog>,
+        metrics: Arc<PluginMetrics>,
+    ) -> Result<Plugin, PluginError> {
+        let mut plugin = Plugin {
+            compiled,
+            config,
+            instance: None,
+            info: PluginInfo { name: String::new(), version: String::new() },
+            log,
+            metrics,
+        };
+        plugin.info = plugin.fresh_instance().map_err(|error| plugin.report(error))?;
+        Ok(plugin)
+    }
+
+    pub fn kind(&self) -> HookKind {
+        self.compiled.kind
+    }
+
+    pub fn info(&self) -> &PluginInfo {
+        &self.info
+    }
+
+    pub fn log(&self) -> &Arc<PluginLog> {
+        &self.log
+    }
+
+    pub fn metrics(&self) -> &Arc<PluginMetrics> {
+        &self.metrics
+    }
+
+    fn fresh_instance(&mut self) -> Result<PluginInfo, CallError> {
+        self.instance = None;
+        self.metrics.instantiations.fetch_add(1, Ordering::Relaxed);
+        let mut instance = Instance::new(&self.compiled, &self.log)?;
+        let info = instance.init(&self.config, deadline_ticks(&self.compiled.limits))?;
+        self.instance = Some(instance);
+        Ok(info)
+    }
+
+    fn report(&self, error: CallError) -> PluginError {
+        let error = match error {
+            CallError::Deadline => {
+                PluginError::Deadline { deadline_ms: self.compiled.limits.call_deadline.as_millis() as u64 }
+            }
+            CallError::Trap(message) => {
+                self.metrics.traps.fetch_add(1, Ordering::Relaxed);
+                PluginError::Trap(message)
+            }
+            CallError::Other(error) => error,
+        };
+        self.log.push("error", format!("host: {error}"));
+        error
+    }
+
+    /// Runs `call` on a live instance. A trap drops the instance; a trap other
+    /// than the deadline is retried once on a fresh one (a deadline is not: the
+    /// same batch would most likely run out of time again, doubling the stall).
+    fn call<T>(&mut self, call: impl Fn(&mut Instance, u64) -> Result<T, CallError>) -> Result<T, PluginError> {
+        let started = Instant::now();
+        self.metrics.calls.fetch_add(1, Ordering::Relaxed);
+        let deadline = deadline_ticks(&self.compiled.limits);
+        let mut outcome = Err(CallError::Other(PluginError::Unavailable("not run".to_owned())));
+        for attempt in 0..2 {
+            if self.instance.is_none() {
+                if let Err(error) = self.fresh_instance() {
+                    outcome = Err(error);
+                    break;
+                }
+            }
+            let Some(instance) = self.instance.as_mut() else { break };
+            outcome = call(instance, deadline);
+            match &outcome {
+                Err(CallError::Trap(message)) => {
+                    self.instance = None;
+                    if attempt == 0 {
+                        self.metrics.traps.fetch_add(1, Ordering::Relaxed);
+                        self.log.push("error", format!("host: trapped ({message}); retrying on a fresh instance"));
+                    }
+                }
+                Err(CallError::Deadline) => {
+                    self.instance = None;
+                    break;
+                }
+                _ => break,
+            }
+        }
+        self.metrics.busy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        outcome.map_err(|error| {
+            self.metrics.errors.fetch_add(1, Ordering::Relaxed);
+            self.report(error)
+        })
+    }
+
+    fn batch(batch: &PackedBatch) -> types::Batch {
+        types::Batch {
+            base_offset: batch.base_offset,
+            base_timestamp_ms: batch.base_timestamp_ms,
+            arena: batch.arena.clone(),
+            index: batch.index.clone(),
+        }
+    }
+
+    fn unpack(&self, batch: types::Batch) -> Result<PackedBatch, PluginError> {
+        let limits = &self.compiled.limits;
+        let packed = PackedBatch {
+            base_offset: -1,
+            base_timestamp_ms: batch.base_timestamp_ms,
+            arena: batch.arena,
+            index: batch.index,
+        };
+        if packed.arena.len() > limits.output_bytes_max {
+            return Err(PluginError::BadOutput(format!(
+                "{} bytes of records, more than the {} allowed",
+                packed.arena.len(),
+                limits.output_bytes_max
+            )));
+        }
+        if packed.len() > limits.output_records_max {
+            return Err(PluginError::BadOutput(format!(
+                "{} records, more than the {} allowed",
+                packed.len(),
+                limits.output_records_max
+            )));
+        }
+        packed.records().map_err(PluginError::BadOutput)?;
+        Ok(packed)
+    }
+
+    fn bad(&self, error: PluginError) -> PluginError {
+        self.metrics.errors.fetch_add(1, Ordering::Relaxed);
+        self.log.push("error", format!("host: {error}"));
+        error
+    }
+
+    fn wrong_kind(&self, wanted: HookKind) -> PluginError {
+        PluginError::Unavailable(format!("a {} plugin cannot run as a {}", self.kind().name(), wanted.name()))
+    }
+
+    /// One partition per record (`None`: the built-in choice).
+    pub fn partition(
+        &mut self,
+        topic: &str,
+        partition_count: u32,
+        batch: &PackedBatch,
+    ) -> Result<Vec<Option<u32>>, PluginError> {
+        if self.kind() != HookKind::Partitioner {
+            return Err(self.wrong_kind(HookKind::Partitioner));
+        }
+        let input = Plugin::batch(batch);
+        let answer = self.call(|instance, deadline| {
+            instance.store.set_epoch_deadline(deadline);
+            let Exports::Partitioner(plugin) = &instance.exports else { unreachable!("kind checked") };
+            let answer =
+                plugin.weir_plugin_partitioner().call_partition(&mut instance.store, topic, partition_count, &input);
+            answer.map_err(classify)?.map_err(|error| CallError::Other(plugin_error(error)))
+        })?;
+        if answer.len() != batch.len() {
+            return Err(self.bad(PluginError::BadOutput(format!(
+                "{} partitions for {} records",
+                answer.len(),
+                batch.len()
+            ))));
+        }
+        answer
+            .into_iter()
+            .map(|partition| match partition {
+                NULL => Ok(None),
+                partition if partition < partition_count => Ok(Some(partition)),
+                partition => Err(self
+                    .bad(PluginError::BadOutput(format!("partition {partition} of a topic with {partition_count}")))),
+            })
+            .collect()
+    }
+
+    /// A produce interceptor's verdict on a batch (before offsets are assigned).
+    pub fn on_produce(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        batch: &PackedBatch,
+    ) -> Result<ProduceOutcome, PluginError> {
+        use bindings::produce_interceptor::exports::weir::plugin::produce_interceptor::Action;
+        if self.kind() != HookKind::ProduceInterceptor {
+            return Err(self.wrong_kind(HookKind::ProduceInterceptor));
+        }
+        let input = Plugin::batch(batch);
+        let target = types::TopicPartition { topic: topic.to_owned(), partition };
+        let verdicts = self.call(|instance, deadline| {
+            instance.store.set_epoch_deadline(deadline);
+            let Exports::ProduceInterceptor(plugin) = &instance.exports else { unreachable!("kind checked") };
+            let answer = plugin.weir_plugin_produce_interceptor().call_on_produce(&mut instance.store, &target, &input);
+            answer.map_err(classify)?.map_err(|error| CallError::Other(plugin_error(error)))
+        })?;
+        if verdicts.actions.len() != batch.len() {
+            return Err(self.bad(PluginError::BadOutput(format!(
+                "{} verdicts for {} records",
+                verdicts.actions.len(),
+                batch.len()
+            ))));
+        }
+        let rejected: Vec<usize> = (0..batch.len()).filter(|&at| verdicts.actions[at] == Action::Reject).collect();
+        if !rejected.is_empty() {
+            if verdicts.reasons.len() != rejected.len() {
+                return Err(self.bad(PluginError::BadOutput(format!(
+                    "{} reasons for {} rejected records",
+                    verdicts.reasons.len(),
+                    rejected.len()
+                ))));
+            }
+            return Ok(ProduceOutcome::Reject(rejected.into_iter().zip(verdicts.reasons).collect()));
+        }
+        let replaced = verdicts.actions.iter().filter(|action| **action == Action::Replace).count();
+        if replaced == 0 {
+            return Ok(ProduceOutcome::Accept);
+        }
+        let replacements = self.unpack(verdicts.replacements).map_err(|error| self.bad(error))?;
+        let replacement_records = replacements.records().map_err(|error| self.bad(PluginError::BadOutput(error)))?;
+        if replacement_records.len() != replaced {
+            return Err(self.bad(PluginError::BadOutput(format!(
+                "{} replacements for {replaced} replace verdicts",
+                replacement_records.len()
+            ))));
+        }
+        let originals = batch.records().map_err(|error| self.bad(PluginError::BadOutput(error)))?;
+        let mut rewritten = PackedBatch::new(batch.base_offset, batch.base_timestamp_ms);
+        let mut replacement_records = replacement_records.into_iter();
+        for (at, original) in originals.into_iter().enumerate() {
+            let record = match verdicts.actions[at] {
+                Action::Replace => replacement_records.next().unwrap_or(original),
+                _ => original,
+            };
+            rewritten.push(at as u32, record.timestamp_ms, record.key, record.value, record.headers.iter().copied());
+        }
+        Ok(ProduceOutcome::Rewrite(rewritten))
+    }
+
+    /// A consume interceptor's verdict on a fetched batch.
+    pub fn on_consume(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        group: Option<&str>,
+        batch: &PackedBatch,
+    ) -> Result<ConsumeOutcome, PluginError> {
+        use bindings::consume_interceptor::exports::weir::plugin::consume_interceptor::Action;
+        if self.kind() != HookKind::ConsumeInterceptor {
+            return Err(self.wrong_kind(HookKind::ConsumeInterceptor));
+        }
+        let input = Plugin::batch(batch);
+        let source = types::TopicPartition { topic: topic.to_owned(), partition };
+        let group = group.map(str::to_owned);
+        let verdicts = self.call(|instance, deadline| {
+            instance.store.set_epoch_deadline(deadline);
+            let Exports::ConsumeInterceptor(plugin) = &instance.exports else { unreachable!("kind checked") };
+            let answer = plugin.weir_plugin_consume_interceptor().call_on_consume(
+                &mut instance.store,
+                &source,
+                group.as_deref(),
+                &input,
+            );
+            answer.map_err(classify)?.map_err(|error| CallError::Other(plugin_error(error)))
+        })?;
+        if verdicts.actions.len() != batch.len() {
+            return Err(self.bad(PluginError::BadOutput(format!(
+                "{} verdicts for {} records",
+                verdicts.actions.len(),
+                batch.len()
+            ))));
+        }
+        if verdicts.actions.iter().all(|action| *action == Action::Accept) {
+            return Ok(ConsumeOutcome::Accept);
+        }
+        let replaced = verdicts.actions.iter().filter(|action| **action == Action::Replace).count();
+        let replacements = self.unpack(verdicts.replacements).map_err(|error| self.bad(error))?;
+        let replacement_records = replacements.records().map_err(|error| self.bad(PluginError::BadOutput(error)))?;
+        if replacement_records.len() != replaced {
+            return Err(self.bad(PluginError::BadOutput(format!(
+                "{} replacements for {replaced} replace verdicts",
+                replacement_records.len()
+            ))));
+        }
+        let originals = batch.records().map_err(|error| self.bad(PluginError::BadOutput(error)))?;
+        let mut rewritten = PackedBatch::new(batch.base_offset, batch.base_timestamp_ms);
+        let mut replacement_records = replacement_records.into_iter();
+        for (at, original) in originals.into_iter().enumerate() {
+            let record = match verdicts.actions[at] {
+                Action::Accept => original,
+                Action::Replace => replacement_records.next().unwrap_or(original),
+                Action::Drop => continue,
+            };
+            rewritten.push(
+                original_delta(&record, at),
+                record.timestamp_ms,
+                record.key,
+                record.value,
+                record.headers.iter().copied(),
+            );
+        }
+        Ok(ConsumeOutcome::Rewrite(rewritten))
+    }
+
+    /// A transform's output for a batch of committed records; `outputs` is the
+    /// number of output topics of the deployment.
+    pub fn process(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        batch: &PackedBatch,
+        outputs: usize,
+    ) -> Result<TransformOutcome, PluginError> {
+        if self.kind() != HookKind::Transform {
+            return Err(self.wrong_kind(HookKind::Transform));
+        }
+        let input = Plugin::batch(batch);
+        let source = types::TopicPartition { topic: topic.to_owned(), partition };
+        let output = self.call(|instance, deadline| {
+            instance.store.set_epoch_deadline(deadline);
+            let Exports::Transform(plugin) = &instance.exports else { unreachable!("kind checked") };
+            let answer = plugin.weir_plugin_transform().call_process(&mut instance.store, &source, &input);
+            answer.map_err(classify)?.map_err(|error| CallError::Other(plugin_error(error)))
+        })?;
+        let records = self.unpack(output.records).map_err(|error| self.bad(error))?;
+        if output.topic_index.len() != records.len() {
+            return Err(self.bad(PluginError::BadOutput(format!(
+                "{} output topics for {} output records",
+                output.topic_index.len(),
+                records.len()
+            ))));
+        }
+        if let Some(index) = output.topic_index.iter().find(|index| usize::from(**index) >= outputs) {
+            return Err(
+                self.bad(PluginError::BadOutput(format!("output topic {index}, but the deployment has {outputs}")))
+            );
+        }
+        Ok(TransformOutcome { records, topic_index: output.topic_index })
+    }
+}
+
+/// The input offset delta a consume verdict keeps (the record's position).
+fn original_delta(_record: &PackedRecord<'_>, position: usize) -> u32 {
+    position as u32
+}

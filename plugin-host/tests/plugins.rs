@@ -1,0 +1,233 @@
+//! The host against real plugins compiled from `plugins/` (built by
+//! `./scripts/build-plugins.sh`, which the test suite runs first): the four
+//! examples do their jobs, and hostile plugins are stopped, capped, logged and
+//! refused while the host keeps working.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plugin_host::{
+    CompiledPlugin, ConsumeOutcome, HookKind, HostLimits, PackedBatch, Plugin, PluginEngine, PluginError, PluginLog,
+    PluginMetrics, ProduceOutcome,
+};
+
+fn plugin_dir() -> PathBuf {
+    match std::env::var_os("WEIR_PLUGIN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/plugins/wasm32-wasip2/release"),
+    }
+}
+
+fn wasm(name: &str) -> Vec<u8> {
+    let path = plugin_dir().join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|error| {
+        panic!("{}: {error}; build the plugins first: ./scripts/build-plugins.sh", path.display())
+    })
+}
+
+fn engine(limits: HostLimits) -> PluginEngine {
+    PluginEngine::new(limits).unwrap()
+}
+
+fn compile(engine: &PluginEngine, name: &str) -> Arc<CompiledPlugin> {
+    Arc::new(engine.compile(&wasm(name)).unwrap())
+}
+
+fn start(compiled: &Arc<CompiledPlugin>, config: &[(&str, &str)]) -> Result<Plugin, PluginError> {
+    let config = config.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
+    Plugin::start(compiled.clone(), config, Arc::new(PluginLog::new(64, 1024)), Arc::new(PluginMetrics::default()))
+}
+
+fn batch(values: &[&[u8]]) -> PackedBatch {
+    let mut batch = PackedBatch::new(-1, 1_000);
+    for (delta, value) in values.iter().enumerate() {
+        batch.push(
+            delta as u32,
+            1_000 + delta as i64,
+            Some(format!("key-{delta}").as_bytes()),
+            Some(value),
+            [("h", Some(&b"v"[..]))],
+        );
+    }
+    batch
+}
+
+fn keyed(keys: &[&str]) -> PackedBatch {
+    let mut batch = PackedBatch::new(-1, 0);
+    for (delta, key) in keys.iter().enumerate() {
+        batch.push(delta as u32, 0, Some(key.as_bytes()), Some(b"v"), []);
+    }
+    batch
+}
+
+#[test]
+fn the_json_validator_accepts_json_and_rejects_the_rest_with_reasons() {
+    let engine = engine(HostLimits::default());
+    let compiled = compile(&engine, "json_validator");
+    assert_eq!(compiled.kind(), HookKind::ProduceInterceptor);
+    let mut plugin = start(&compiled, &[]).unwrap();
+    assert_eq!(plugin.info().name, "json-validator");
+    let good = batch(&[b"{\"a\":1}", b"[1,2]", b"\"text\""]);
+    assert_eq!(plugin.on_produce("orders", 0, &good).unwrap(), ProduceOutcome::Accept);
+    let bad = batch(&[b"{\"a\":1}", b"{oops", b"42", b"nope"]);
+    let ProduceOutcome::Reject(reasons) = plugin.on_produce("orders", 0, &bad).unwrap() else { panic!("rejected") };
+    assert_eq!(reasons.iter().map(|(index, _)| *index).collect::<Vec<_>>(), vec![1, 3]);
+    assert!(reasons[0].1.contains("invalid JSON"), "{reasons:?}");
+
+    let mut strict = start(&compiled, &[("require-object", "true")]).unwrap();
+    let ProduceOutcome::Reject(reasons) = strict.on_produce("orders", 0, &good).unwrap() else { panic!("rejected") };
+    assert_eq!(reasons, vec![(1, "not a JSON object".to_owned()), (2, "not a JSON object".to_owned())]);
+    match start(&compiled, &[("require-object", "maybe")]) {
+        Err(PluginError::Config(message)) => assert!(message.contains("require-object"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_region_partitioner_routes_by_key_prefix() {
+    let engine = engine(HostLimits::default());
+    let compiled = compile(&engine, "region_partitioner");
+    assert_eq!(compiled.kind(), HookKind::Partitioner);
+    let mut plugin = start(&compiled, &[("region.eu", "0"), ("region.us", "1"), ("region.ap", "5")]).unwrap();
+    let partitions = plugin.partition("orders", 4, &keyed(&["eu:1", "us:2", "ap:3", "xx", "sa:4"])).unwrap();
+    assert_eq!(partitions, vec![Some(0), Some(1), Some(1), None, None], "ap wraps 5 % 4; unknown regions delegate");
+    assert!(matches!(start(&compiled, &[]), Err(PluginError::Config(_))));
+}
+
+#[test]
+fn the_redactor_hides_a_field_except_from_exempt_groups() {
+    let engine = engine(HostLimits::default());
+    let compiled = compile(&engine, "redact_field");
+    let mut plugin = start(&compiled, &[("field", "card"), ("exempt-groups", "audit")]).unwrap();
+    let mut input = batch(&[b"{\"card\":\"4111\",\"total\":3}", b"not json", b"{\"total\":4}"]);
+    input.base_offset = 40;
+    let ConsumeOutcome::Rewrite(output) = plugin.on_consume("payments", 2, Some("billing"), &input).unwrap() else {
+        panic!("rewritten")
+    };
+    let records = output.records().unwrap();
+    assert_eq!(records.len(), 3);
+    let redacted: serde_json::Value = serde_json::from_slice(records[0].value.unwrap()).unwrap();
+    assert_eq!(redacted, serde_json::json!({"card": "***", "total": 3}));
+    assert_eq!(records[0].key, Some(&b"key-0"[..]), "key and headers stay");
+    assert_eq!(records[0].headers, vec![("h", Some(&b"v"[..]))]);
+    assert_eq!((records[1].value, records[2].value), (Some(&b"not json"[..]), Some(&b"{\"total\":4}"[..])));
+    assert_eq!(plugin.on_consume("payments", 2, Some("audit"), &input).unwrap(), ConsumeOutcome::Accept);
+}
+
+#[test]
+fn the_transform_filters_and_routes_with_new_keys() {
+    let engine = engine(HostLimits::default());
+    let compiled = compile(&engine, "route_transform");
+    let mut plugin = start(&compiled, &[("field", "region"), ("match", "eu")]).unwrap();
+    let input = batch(&[b"{\"region\":\"eu\",\"n\":1}", b"{\"n\":2}", b"{\"region\":\"us\"}", b"junk"]);
+    let output = plugin.process("events", 0, &input, 2).unwrap();
+    assert_eq!(output.topic_index, vec![0, 1]);
+    let records = output.records.records().unwrap();
+    assert_eq!((records[0].key, records[1].key), (Some(&b"eu"[..]), Some(&b"us"[..])));
+    assert_eq!(records[1].timestamp_ms, 1_002, "the input's timestamp");
+    match plugin.process("events", 0, &input, 1) {
+        Err(PluginError::BadOutput(message)) => assert!(message.contains("output topic 1"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_infinite_loop_stops_within_twice_its_deadline() {
+    let deadline = Duration::from_millis(50);
+    let engine = engine(HostLimits { call_deadline: deadline, ..HostLimits::default() });
+    let compiled = compile(&engine, "hostile");
+    let mut plugin = start(&compiled, &[("mode", "spin")]).unwrap();
+    let mut fastest = Duration::MAX;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let outcome = plugin.on_produce("t", 0, &batch(&[b"x"]));
+        fastest = fastest.min(started.elapsed());
+        assert_eq!(outcome, Err(PluginError::Deadline { deadline_ms: 50 }));
+    }
+    assert!(fastest < deadline * 2, "stopped after {fastest:?}");
+    assert!(matches!(start(&compiled, &[("mode", "init-spin")]), Err(PluginError::Deadline { .. })));
+    // The host goes on serving other plugins.
+    let mut json = start(&compile(&engine, "json_validator"), &[]).unwrap();
+    assert_eq!(json.on_produce("t", 0, &batch(&[b"1"])).unwrap(), ProduceOutcome::Accept);
+}
+
+#[test]
+fn a_memory_bomb_traps_at_its_cap_and_a_panic_reaches_the_log() {
+    let engine = engine(HostLimits { memory_bytes: 8 << 20, ..HostLimits::default() });
+    let compiled = compile(&engine, "hostile");
+    let mut bomb = start(&compiled, &[("mode", "bomb")]).unwrap();
+    match bomb.on_produce("t", 0, &batch(&[b"x"])) {
+        Err(PluginError::Trap(message)) => assert!(message.contains("memory"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(bomb.metrics().instantiations.load(std::sync::atomic::Ordering::Relaxed), 2, "start, then the retry");
+
+    let mut panics = start(&compiled, &[("mode", "panic")]).unwrap();
+    assert!(matches!(panics.on_produce("t", 0, &batch(&[b"x", b"y"])), Err(PluginError::Trap(_))));
+    let log = panics.log().entries();
+    assert!(
+        log.iter()
+            .any(|entry| entry.level == "error" && entry.message.contains("hostile plugin panics on a batch of 2")),
+        "{log:?}"
+    );
+    assert!(panics.metrics().traps.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+
+    let mut fine = start(&compiled, &[("mode", "accept")]).unwrap();
+    assert_eq!(fine.on_produce("t", 0, &batch(&[b"x"])).unwrap(), ProduceOutcome::Accept);
+}
+
+#[test]
+fn contract_breaking_output_is_refused() {
+    let limits = HostLimits {
+        output_bytes_max: 4 << 20,
+        memory_bytes: 64 << 20,
+        call_deadline: Duration::from_secs(2),
+        ..HostLimits::default()
+    };
+    let engine = engine(limits);
+    let compiled = compile(&engine, "hostile");
+    for (mode, expected) in [("garbage", "outside"), ("miscount", "verdicts for"), ("flood", "bytes of records")] {
+        let mut plugin = start(&compiled, &[("mode", mode)]).unwrap();
+        match plugin.on_produce("t", 0, &batch(&[b"a", b"b", b"c", b"d", b"e", b"f"])) {
+            Err(PluginError::BadOutput(message)) => assert!(message.contains(expected), "{mode}: {message}"),
+            other => panic!("{mode}: {other:?}"),
+        }
+    }
+    assert!(matches!(start(&compiled, &[("mode", "refuse")]), Err(PluginError::Config(_))));
+}
+
+#[test]
+fn uploads_that_are_not_plugins_get_clear_errors() {
+    let engine = engine(HostLimits::default());
+    for (bytes, expected) in [
+        (b"not wasm at all".to_vec(), "not a WebAssembly binary"),
+        (b"\0asm\x01\0\0\0".to_vec(), "not a component"), // an empty core module
+        (b"\0asm\x0d\0\x01\0garbage".to_vec(), "component the host can compile"),
+    ] {
+        match engine.compile(&bytes) {
+            Err(PluginError::Invalid(message)) => assert!(message.contains(expected), "{message}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let mut truncated = wasm("json_validator");
+    truncated.truncate(truncated.len() / 2);
+    assert!(matches!(engine.compile(&truncated), Err(PluginError::Invalid(_))));
+    // A partitioner cannot be run as an interceptor.
+    let mut partitioner = start(&compile(&engine, "region_partitioner"), &[("region.eu", "0")]).unwrap();
+    assert!(matches!(partitioner.on_produce("t", 0, &batch(&[b"x"])), Err(PluginError::Unavailable(_))));
+}
+
+#[test]
+fn compiled_artifacts_round_trip_through_the_cache_form() {
+    let engine = engine(HostLimits::default());
+    let compiled = compile(&engine, "json_validator");
+    let bytes = compiled.serialize().unwrap();
+    // SAFETY: the bytes were just serialized by this engine.
+    let loaded = Arc::new(unsafe { engine.deserialize(&bytes, compiled.digest().to_owned()) }.unwrap());
+    assert_eq!((loaded.kind(), loaded.digest()), (compiled.kind(), compiled.digest()));
+    let mut plugin = start(&loaded, &[]).unwrap();
+    assert!(matches!(plugin.on_produce("t", 0, &batch(&[b"{"])).unwrap(), ProduceOutcome::Reject(_)));
+}
