@@ -71,6 +71,48 @@ interface Admin {
   describeGroup @6 (groupId :Text) -> (description :GroupDescription, error :Error);
   deleteGroup @7 (groupId :Text) -> (error :Error);
   resetOffsets @8 (groupId :Text, offsets :List(OffsetCommitEntry)) -> (error :Error);   # group must be empty
+
+  # Plugins (WebAssembly components of wit/weir-plugin.wit). An upload is
+  # validated (it compiles and exports the hook it claims; empty hook = any) and
+  # stored by content; uploading an existing name replaces its code.
+  uploadPlugin @9 (name :Text, hook :Text, wasm :Data) -> (plugin :PluginSummary, error :Error);
+  listPlugins @10 () -> (plugins :List(PluginSummary));
+  deletePlugin @11 (name :Text) -> (error :Error);       # refused while attached
+  pluginLogs @12 (name :Text) -> (entries :List(PluginLogEntry), error :Error);
+  # Attaches an interceptor to a topic (hook: produce-interceptor or
+  # consume-interceptor); init(config) runs first and may refuse. Interceptors
+  # of a topic run in attach order. failurePolicy: fail-closed (default) or fail-open.
+  attachPlugin @13 (topic :Text, hook :Text, plugin :Text, config :List(ConfigEntry), failurePolicy :Text) -> (error :Error);
+  detachPlugin @14 (topic :Text, hook :Text, plugin :Text) -> (error :Error);
+  listAttachments @15 (topic :Text) -> (attachments :List(PluginAttachment), error :Error);   # empty topic = all
+}
+
+struct PluginSummary {
+  name @0 :Text;
+  hook @1 :Text;             # partitioner, produce-interceptor, consume-interceptor, transform
+  digest @2 :Text;           # sha256 of the uploaded bytes, hex
+  sizeBytes @3 :UInt64;
+  uploadedMs @4 :Int64;
+  calls @5 :UInt64;          # over every attachment, since the broker started
+  errors @6 :UInt64;
+  traps @7 :UInt64;
+  busyNanos @8 :UInt64;
+  attachedTo @9 :List(Text); # topics
+}
+
+struct PluginLogEntry {
+  unixMs @0 :Int64;
+  level @1 :Text;
+  message @2 :Text;
+}
+
+struct PluginAttachment {
+  topic @0 :Text;
+  hook @1 :Text;
+  plugin @2 :Text;
+  config @3 :List(ConfigEntry);
+  failurePolicy @4 :Text;
+  status @5 :Text;           # "running", or why it is not
 }
 
 # ---- produce ----
@@ -138,6 +180,7 @@ struct FetchManyRequest {
   minBytes @1 :UInt32;       # long poll: wait until this many bytes in total are available ...
   maxWaitMs @2 :UInt32;      # ... or this much time has passed (an error answers at once)
   maxBytes @3 :UInt32;       # total over all partitions (the broker caps it too)
+  groupId @4 :Text;          # the consumer's group, for consume interceptors; empty = none
 }
 
 # ---- consumer groups (server-side assignment, KIP-848 style) ----

@@ -102,6 +102,19 @@ error_codes! {
     InvalidGroupId = 27, retriable: false;
     /// Another member with the same `group.instance.id` is active.
     UnreleasedInstanceId = 28, retriable: false;
+    /// A produce interceptor rejected records of the batch (the message lists
+    /// each rejected record and its reason); nothing was appended.
+    InvalidRecord = 29, retriable: false;
+    /// A plugin failed, trapped or ran out of time while its failure policy is
+    /// fail-closed; nothing was appended (produce) or returned (fetch).
+    PluginFailed = 30, retriable: false;
+    /// An upload is not a valid plugin: not a component, not one of the
+    /// contract's worlds, or not the hook it was uploaded as.
+    InvalidPlugin = 31, retriable: false;
+    /// No plugin (or attachment) of that name.
+    PluginNotFound = 32, retriable: false;
+    /// The plugin is attached to a topic or deployed; detach it first.
+    PluginInUse = 33, retriable: false;
 }
 
 impl ErrorCode {
@@ -155,7 +168,12 @@ mod tests {
 25 GroupIdNotFound false
 26 NonEmptyGroup false
 27 InvalidGroupId false
-28 UnreleasedInstanceId false";
+28 UnreleasedInstanceId false
+29 InvalidRecord false
+30 PluginFailed false
+31 InvalidPlugin false
+32 PluginNotFound false
+33 PluginInUse false";
         assert_eq!(table.join("\n"), expected);
     }
 

@@ -826,6 +826,8 @@ impl Plugin {
             ))));
         }
         let originals = batch.records().map_err(|error| self.bad(PluginError::BadOutput(error)))?;
+        // Kept records keep their offsets: deltas come from the input.
+        let originals_deltas: Vec<u32> = originals.iter().map(|record| record.offset_delta).collect();
         let mut rewritten = PackedBatch::new(batch.base_offset, batch.base_timestamp_ms);
         let mut replacement_records = replacement_records.into_iter();
         for (at, original) in originals.into_iter().enumerate() {
@@ -835,7 +837,7 @@ impl Plugin {
                 Action::Drop => continue,
             };
             rewritten.push(
-                original_delta(&record, at),
+                originals_deltas[at],
                 record.timestamp_ms,
                 record.key,
                 record.value,
@@ -882,7 +884,3 @@ impl Plugin {
     }
 }
 
-/// The input offset delta a consume verdict keeps (the record's position).
-fn original_delta(_record: &PackedRecord<'_>, position: usize) -> u32 {
-    position as u32
-}
