@@ -146,7 +146,7 @@ impl Admin {
     }
 
     /// Runs `call` with the `Admin` capability of any broker.
-    async fn with_admin<T, F, Fut>(&self, operation: &'static str, call: F) -> Result<T, ClientError>
+    pub(crate) async fn with_admin<T, F, Fut>(&self, operation: &'static str, call: F) -> Result<T, ClientError>
     where
         T: Send + 'static,
         F: FnOnce(admin::Client, String) -> Fut + Send + 'static,

@@ -669,9 +669,11 @@ async fn fetch_many(inner: &Inner, connection: Connection, plans: Vec<Planned>) 
     let (partition_max, total_max, min_bytes) =
         (config.fetch_bytes_max, config.fetch_total_bytes_max, config.fetch_min_bytes);
     let max_wait_ms = config.fetch_max_wait.as_millis().min(u32::MAX as u128) as u32;
+    let group_id = config.group_id.clone().unwrap_or_default();
     let call = connection.call(move |client: broker::Client| async move {
         let mut request = client.fetch_many_request();
         let mut builder = request.get().init_request();
+        builder.set_group_id(&group_id[..]);
         builder.set_min_bytes(min_bytes);
         builder.set_max_wait_ms(max_wait_ms);
         builder.set_max_bytes(total_max);

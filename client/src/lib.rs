@@ -49,6 +49,7 @@ pub mod consumer;
 pub mod error;
 pub mod group;
 pub mod partitioner;
+pub mod plugins;
 pub mod producer;
 pub mod record;
 
@@ -63,5 +64,6 @@ pub use config::{Acks, CommonConfig, ConsumerConfig, OffsetReset, ProducerConfig
 pub use consumer::{Consumer, Offset};
 pub use error::ClientError;
 pub use group::RebalanceListener;
+pub use plugins::{Attach, PluginAttachment, PluginDescription, PluginLogLine};
 pub use producer::{DeliveryFuture, Producer};
 pub use record::{ConsumerRecord, ProducerRecord, RecordMetadata};

@@ -883,4 +883,3 @@ impl Plugin {
         Ok(TransformOutcome { records, topic_index: output.topic_index })
     }
 }
-

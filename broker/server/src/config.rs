@@ -68,6 +68,32 @@ pub struct BrokerConfig {
     pub rpc_threads: usize,
     /// Bounds of the RPC edge (the `[limits]` table).
     pub limits: Limits,
+    /// Bounds every plugin runs under (the `[plugins]` table).
+    pub plugins: PluginSettings,
+}
+
+/// Bounds every plugin runs under: per call, per instance, per broker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginSettings {
+    /// Longest one plugin call (one batch) may run (`call_deadline_ms`).
+    pub call_deadline_ms: u64,
+    /// Cap on one plugin instance's memory (`memory_bytes_max`).
+    pub memory_bytes_max: usize,
+    /// Output bytes one call may return (`output_bytes_max`).
+    pub output_bytes_max: usize,
+    /// Plugin instances alive at once (`instances_max`).
+    pub instances_max: u32,
+}
+
+impl Default for PluginSettings {
+    fn default() -> PluginSettings {
+        PluginSettings {
+            call_deadline_ms: 10,
+            memory_bytes_max: 16 * MIB,
+            output_bytes_max: 32 * MIB,
+            instances_max: 64,
+        }
+    }
 }
 
 /// Bounds of the RPC edge: connections, calls, message sizes and waits.
@@ -127,6 +153,7 @@ impl Default for BrokerConfig {
             group_commit_linger_us: 200,
             rpc_threads: 2,
             limits: Limits::default(),
+            plugins: PluginSettings::default(),
         }
     }
 }
@@ -202,6 +229,17 @@ impl BrokerConfig {
         self.advertised_listener.as_deref().unwrap_or(&self.listen)
     }
 
+    /// The plugin host's bounds.
+    pub fn plugin_limits(&self) -> plugin_host::HostLimits {
+        plugin_host::HostLimits {
+            call_deadline: std::time::Duration::from_millis(self.plugins.call_deadline_ms),
+            memory_bytes: self.plugins.memory_bytes_max,
+            output_bytes_max: self.plugins.output_bytes_max,
+            instances_max: self.plugins.instances_max,
+            ..plugin_host::HostLimits::default()
+        }
+    }
+
     /// The data directory's settings.
     pub fn log_dir_config(&self) -> LogDirConfig {
         LogDirConfig {
@@ -225,6 +263,11 @@ impl BrokerConfig {
         self.group_commit_linger_us = raw.group_commit_linger_us.unwrap_or(self.group_commit_linger_us);
         self.rpc_threads = raw.rpc_threads.unwrap_or(self.rpc_threads);
         self.limits.apply_file(raw.limits.unwrap_or_default());
+        let plugins = raw.plugins.unwrap_or_default();
+        self.plugins.call_deadline_ms = plugins.call_deadline_ms.unwrap_or(self.plugins.call_deadline_ms);
+        self.plugins.memory_bytes_max = plugins.memory_bytes_max.unwrap_or(self.plugins.memory_bytes_max);
+        self.plugins.output_bytes_max = plugins.output_bytes_max.unwrap_or(self.plugins.output_bytes_max);
+        self.plugins.instances_max = plugins.instances_max.unwrap_or(self.plugins.instances_max);
         let Some(LogTable(entries)) = raw.log else { return Vec::new() };
         match apply_topic_configs(&self.log, &entries) {
             Ok(log) => {
@@ -260,6 +303,10 @@ impl BrokerConfig {
         check_range(&mut problems, "flush_threads", self.flush_threads, 1, THREADS_MAX);
         check_at_least(&mut problems, "retention_check_interval_ms", self.retention_check_interval_ms, 10);
         self.limits.check(&mut problems, &self.log);
+        check_range(&mut problems, "plugins.call_deadline_ms", self.plugins.call_deadline_ms, 1, 60_000);
+        check_range(&mut problems, "plugins.memory_bytes_max", self.plugins.memory_bytes_max, MIB, 4 * GIB);
+        check_at_least(&mut problems, "plugins.output_bytes_max", self.plugins.output_bytes_max, KIB);
+        check_range(&mut problems, "plugins.instances_max", self.plugins.instances_max, 1, 10_000);
         if let Err(error) = self.log.validate() {
             problems.extend(error.problems.into_iter().map(|problem| format!("[log] {problem}")));
         }
@@ -340,7 +387,18 @@ struct RawConfig {
     group_commit_linger_us: Option<u64>,
     rpc_threads: Option<usize>,
     limits: Option<RawLimits>,
+    plugins: Option<RawPlugins>,
     log: Option<LogTable>,
+}
+
+/// The `[plugins]` table as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlugins {
+    call_deadline_ms: Option<u64>,
+    memory_bytes_max: Option<usize>,
+    output_bytes_max: Option<usize>,
+    instances_max: Option<u32>,
 }
 
 /// The `[limits]` table as written.
@@ -514,6 +572,10 @@ mod tests {
             group_commit_linger_us = 0
             rpc_threads = 8
 
+            [plugins]
+            call_deadline_ms = 25
+            memory_bytes_max = 33554432
+
             [limits]
             connections_max = 10
             in_flight_calls_max = 3
@@ -567,6 +629,7 @@ mod tests {
                 produce_timeout_ms_max: 9000,
                 topic_partitions_max: 12,
             },
+            plugins: PluginSettings { call_deadline_ms: 25, memory_bytes_max: 32 * MIB, ..PluginSettings::default() },
         };
         let config = from_text(text, &ConfigOverrides::default()).unwrap();
         assert_eq!(config, expected);
@@ -741,6 +804,7 @@ mod tests {
             group_commit_linger_us,
             rpc_threads,
             limits,
+            plugins,
             log,
         } = &raw;
         let top_level = [
@@ -775,6 +839,15 @@ mod tests {
             topic_partitions_max.is_some(),
         ];
         assert_eq!(limits, [true; 8]);
+        let RawPlugins { call_deadline_ms, memory_bytes_max, output_bytes_max, instances_max } =
+            plugins.as_ref().expect("the example has [plugins]");
+        let plugins = [
+            call_deadline_ms.is_some(),
+            memory_bytes_max.is_some(),
+            output_bytes_max.is_some(),
+            instances_max.is_some(),
+        ];
+        assert_eq!(plugins, [true; 4]);
         let mut log_keys: Vec<&str> =
             log.as_ref().expect("the example has [log]").0.iter().map(|(key, _)| key.as_str()).collect();
         log_keys.sort_unstable();

@@ -62,6 +62,7 @@ pub mod log_dir;
 pub mod metadata_store;
 pub mod node;
 pub mod partition;
+pub mod plugins;
 pub mod rpc;
 pub mod server;
 pub mod storage;

@@ -35,6 +35,7 @@ use crate::groups::{GroupCoordinators, CONSUMER_OFFSETS_PARTITIONS, CONSUMER_OFF
 use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, PartitionDirFate};
 use crate::metadata_store::{MetadataError, MetadataStore, TopicRecord, PRODUCER_ID_BLOCK_SIZE};
 use crate::partition::{lock, Partition};
+use crate::plugins::{AttachmentSummary, FailurePolicy, PluginSummary, Plugins};
 use broker_core::group::assignor::TopicPartition as GroupPartition;
 use broker_core::group::coordinator::{
     CommitRequest, CoordinatorConfig, GroupDescription, GroupState, HeartbeatRequest, HeartbeatResponse,
@@ -165,6 +166,8 @@ pub enum NodeError {
     Log(#[from] broker_core::log::LogError),
     #[error("topic {topic:?} has configs the broker no longer accepts: {reason}")]
     TopicConfig { topic: String, reason: String },
+    #[error("plugins: {0}")]
+    Plugins(String),
 }
 
 /// One partition slot of a topic.
@@ -207,6 +210,7 @@ pub struct Node {
     producer_ids: Mutex<ProducerIdBlock>,
     /// Set once by `open`.
     groups: Option<GroupCoordinators>,
+    plugins: Plugins,
 }
 
 impl Node {
@@ -256,6 +260,8 @@ impl Node {
             topics: RwLock::new(topics),
             producer_ids: Mutex::new(ProducerIdBlock::default()),
             groups: None,
+            plugins: Plugins::open(&config.data_dir.join("plugins"), config.plugin_limits())
+                .map_err(|error| NodeError::Plugins(error.message))?,
         };
         node.groups = Some(node.load_group_coordinators()?);
         Ok(node)
@@ -484,8 +490,77 @@ impl Node {
         metadata
             .update(|metadata| metadata.pending_deletions.retain(|directory| !directories.contains(directory)))
             .map_err(storage_error)?;
+        drop(metadata);
+        self.plugins.topic_deleted(name)?;
         tracing::info!(topic = %name, "topic deleted");
         Ok(())
+    }
+
+    /// Stores and registers a plugin (see [`Plugins::upload`]).
+    pub fn upload_plugin(&self, name: &str, hook: &str, wasm: &[u8]) -> Result<PluginSummary, ApiError> {
+        self.plugins.upload(name, hook, wasm)
+    }
+
+    pub fn list_plugins(&self) -> Vec<PluginSummary> {
+        self.plugins.list()
+    }
+
+    pub fn delete_plugin(&self, name: &str) -> Result<(), ApiError> {
+        self.plugins.delete(name)
+    }
+
+    pub fn plugin_logs(&self, name: &str) -> Result<Vec<plugin_host::LogEntry>, ApiError> {
+        self.plugins.logs(name)
+    }
+
+    /// Attaches an interceptor to an existing, non-internal topic.
+    pub fn attach_plugin(
+        &self,
+        topic: &str,
+        hook: &str,
+        plugin: &str,
+        config: Vec<(String, String)>,
+        policy: &str,
+    ) -> Result<(), ApiError> {
+        if is_internal(topic) {
+            return Err(ApiError::new(ErrorCode::InvalidTopic, format!("{topic:?} is an internal topic")));
+        }
+        self.topic(topic)?;
+        self.plugins.attach(topic, hook, plugin, config, FailurePolicy::parse(policy)?)
+    }
+
+    pub fn detach_plugin(&self, topic: &str, hook: &str, plugin: &str) -> Result<(), ApiError> {
+        self.plugins.detach(topic, hook, plugin)
+    }
+
+    pub fn list_attachments(&self, topic: Option<&str>) -> Vec<AttachmentSummary> {
+        self.plugins.attachments(topic)
+    }
+
+    /// Runs consume interceptors over fetched answers (`buffers[i]` holds
+    /// partition `i`'s bytes); a failure becomes that partition's answer.
+    pub fn intercept_fetched(
+        &self,
+        partitions: &[PartitionFetch],
+        group: Option<&str>,
+        answers: &mut [Result<Fetched, ApiError>],
+        buffers: &mut [Vec<u8>],
+    ) {
+        for ((fetch, answer), buffer) in partitions.iter().zip(answers.iter_mut()).zip(buffers.iter_mut()) {
+            let Ok(fetched) = answer else { continue };
+            if fetched.size_bytes == 0 || !self.plugins.intercepts_fetches(&fetch.topic) {
+                continue;
+            }
+            match self.plugins.intercept_fetch(&fetch.topic, fetch.partition, group, &buffer[..fetched.size_bytes]) {
+                Ok(Some(rewritten)) => {
+                    fetched.size_bytes = rewritten.len();
+                    buffer.clear();
+                    buffer.extend_from_slice(&rewritten);
+                }
+                Ok(None) => {}
+                Err(error) => *answer = Err(error),
+            }
+        }
     }
 
     /// Topic names, without internal ones (`__consumer_offsets`).
@@ -605,6 +680,7 @@ impl Node {
         let (topic, index) = self.slot(&request.topic, request.partition)?;
         let (partition, producers) = topic.slots[index].online()?;
         let producer = check_batches(&request.batches)?;
+        self.plugins.intercept_produce(&request.topic, request.partition, &mut request.batches)?;
         let (base_offset, last_offset) = match producer {
             None => {
                 let info = partition.append(&mut request.batches, LEADER_EPOCH)?;
@@ -667,6 +743,8 @@ impl Node {
                 &mut buffers,
             )
             .await;
+        let mut answers = answers;
+        self.intercept_fetched(std::slice::from_ref(&partition), None, &mut answers, &mut buffers);
         *buffer = buffers.pop().unwrap_or_default();
         answers.into_iter().next().expect("fetch_many answers every partition it is given")
     }

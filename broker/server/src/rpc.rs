@@ -22,6 +22,7 @@ use broker_core::group::record::OffsetValue;
 
 use crate::error::ApiError;
 use crate::node::{self, Node, OffsetQuery, PartitionInfo};
+use crate::plugins::PluginSummary;
 
 /// Counts a connection's calls in flight; see the module docs.
 #[derive(Debug)]
@@ -99,10 +100,28 @@ fn give_back_fetch_buffer(buffer: Vec<u8>) {
 
 /// Runs an admin change (metadata fsync, partition directories) on the blocking
 /// pool, so the connection thread keeps serving its other connections meanwhile.
-async fn off_thread(change: impl FnOnce() -> Result<(), ApiError> + Send + 'static) -> Result<(), ApiError> {
+async fn off_thread<T: Send + 'static>(
+    change: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(change).await.unwrap_or_else(|error| {
         Err(ApiError::new(abi::ErrorCode::UnknownServerError, format!("admin task failed: {error}")))
     })
+}
+
+fn set_plugin_summary(mut builder: abi::weir_capnp::plugin_summary::Builder<'_>, plugin: &PluginSummary) {
+    builder.set_name(&plugin.name[..]);
+    builder.set_hook(plugin.hook);
+    builder.set_digest(&plugin.digest[..]);
+    builder.set_size_bytes(plugin.size_bytes);
+    builder.set_uploaded_ms(plugin.uploaded_ms);
+    builder.set_calls(plugin.calls);
+    builder.set_errors(plugin.errors);
+    builder.set_traps(plugin.traps);
+    builder.set_busy_nanos(plugin.busy_nanos);
+    let mut topics = builder.init_attached_to(plugin.attached_to.len() as u32);
+    for (index, topic) in plugin.attached_to.iter().enumerate() {
+        topics.set(index as u32, &topic[..]);
+    }
 }
 
 fn text(reader: capnp::text::Reader<'_>) -> Result<String, capnp::Error> {
@@ -314,7 +333,7 @@ impl broker::Server for BrokerService {
         mut results: broker::FetchManyResults,
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
-        let (partitions, min_bytes, max_wait_ms, max_bytes) = {
+        let (partitions, min_bytes, max_wait_ms, max_bytes, group) = {
             let request = params.get()?.get_request()?;
             let partitions = request
                 .get_partitions()?
@@ -328,11 +347,14 @@ impl broker::Server for BrokerService {
                     })
                 })
                 .collect::<Result<Vec<_>, capnp::Error>>()?;
-            (partitions, request.get_min_bytes(), request.get_max_wait_ms(), request.get_max_bytes())
+            let group = text(request.get_group_id()?)?;
+            let group = (!group.is_empty()).then_some(group);
+            (partitions, request.get_min_bytes(), request.get_max_wait_ms(), request.get_max_bytes(), group)
         };
         drop(params);
         let mut buffers: Vec<Vec<u8>> = (0..partitions.len()).map(|_| take_fetch_buffer()).collect();
-        let answers = self.node.fetch_many(&partitions, min_bytes, max_wait_ms, max_bytes, &mut buffers).await;
+        let mut answers = self.node.fetch_many(&partitions, min_bytes, max_wait_ms, max_bytes, &mut buffers).await;
+        self.node.intercept_fetched(&partitions, group.as_deref(), &mut answers, &mut buffers);
         let mut list = results.get().init_partitions(partitions.len() as u32);
         for (index, ((fetch, answer), buffer)) in partitions.iter().zip(&answers).zip(&buffers).enumerate() {
             let mut data = list.reborrow().get(index as u32);
@@ -661,6 +683,142 @@ impl admin::Server for AdminService {
         drop(params);
         if let Err(api_error) = self.node.reset_group_offsets(&group_id, &offsets).await {
             set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
+    async fn upload_plugin(
+        self: Rc<Self>,
+        params: admin::UploadPluginParams,
+        mut results: admin::UploadPluginResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let (name, hook, wasm) = {
+            let reader = params.get()?;
+            (text(reader.get_name()?)?, text(reader.get_hook()?)?, reader.get_wasm()?.to_vec())
+        };
+        drop(params);
+        let node = self.node.clone();
+        // Compiling takes tens to hundreds of milliseconds: not on this thread.
+        match off_thread(move || node.upload_plugin(&name, &hook, &wasm)).await {
+            Ok(plugin) => set_plugin_summary(results.get().init_plugin(), &plugin),
+            Err(api_error) => set_error(results.get().init_error(), &api_error),
+        }
+        Ok(())
+    }
+
+    async fn list_plugins(
+        self: Rc<Self>,
+        _: admin::ListPluginsParams,
+        mut results: admin::ListPluginsResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let plugins = self.node.list_plugins();
+        let mut list = results.get().init_plugins(plugins.len() as u32);
+        for (index, plugin) in plugins.iter().enumerate() {
+            set_plugin_summary(list.reborrow().get(index as u32), plugin);
+        }
+        Ok(())
+    }
+
+    async fn delete_plugin(
+        self: Rc<Self>,
+        params: admin::DeletePluginParams,
+        mut results: admin::DeletePluginResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let name = text(params.get()?.get_name()?)?;
+        let node = self.node.clone();
+        if let Err(api_error) = off_thread(move || node.delete_plugin(&name)).await {
+            set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
+    async fn plugin_logs(
+        self: Rc<Self>,
+        params: admin::PluginLogsParams,
+        mut results: admin::PluginLogsResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let name = text(params.get()?.get_name()?)?;
+        match self.node.plugin_logs(&name) {
+            Ok(entries) => {
+                let mut list = results.get().init_entries(entries.len() as u32);
+                for (index, entry) in entries.iter().enumerate() {
+                    let mut builder = list.reborrow().get(index as u32);
+                    builder.set_unix_ms(entry.unix_ms);
+                    builder.set_level(entry.level);
+                    builder.set_message(&entry.message[..]);
+                }
+            }
+            Err(api_error) => set_error(results.get().init_error(), &api_error),
+        }
+        Ok(())
+    }
+
+    async fn attach_plugin(
+        self: Rc<Self>,
+        params: admin::AttachPluginParams,
+        mut results: admin::AttachPluginResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let (topic, hook, plugin, config, policy) = {
+            let reader = params.get()?;
+            (
+                text(reader.get_topic()?)?,
+                text(reader.get_hook()?)?,
+                text(reader.get_plugin()?)?,
+                config_entries(reader.get_config()?)?,
+                text(reader.get_failure_policy()?)?,
+            )
+        };
+        let node = self.node.clone();
+        if let Err(api_error) = off_thread(move || node.attach_plugin(&topic, &hook, &plugin, config, &policy)).await {
+            set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
+    async fn detach_plugin(
+        self: Rc<Self>,
+        params: admin::DetachPluginParams,
+        mut results: admin::DetachPluginResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let (topic, hook, plugin) = {
+            let reader = params.get()?;
+            (text(reader.get_topic()?)?, text(reader.get_hook()?)?, text(reader.get_plugin()?)?)
+        };
+        let node = self.node.clone();
+        if let Err(api_error) = off_thread(move || node.detach_plugin(&topic, &hook, &plugin)).await {
+            set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
+    async fn list_attachments(
+        self: Rc<Self>,
+        params: admin::ListAttachmentsParams,
+        mut results: admin::ListAttachmentsResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let topic = text(params.get()?.get_topic()?)?;
+        let attachments = self.node.list_attachments((!topic.is_empty()).then_some(topic.as_str()));
+        let mut list = results.get().init_attachments(attachments.len() as u32);
+        for (index, attachment) in attachments.iter().enumerate() {
+            let mut builder = list.reborrow().get(index as u32);
+            builder.set_topic(&attachment.topic[..]);
+            builder.set_hook(attachment.hook);
+            builder.set_plugin(&attachment.plugin[..]);
+            builder.set_failure_policy(attachment.policy.name());
+            builder.set_status(&attachment.status[..]);
+            let mut config = builder.init_config(attachment.config.len() as u32);
+            for (position, (key, value)) in attachment.config.iter().enumerate() {
+                let mut entry = config.reborrow().get(position as u32);
+                entry.set_key(&key[..]);
+                entry.set_value(&value[..]);
+            }
         }
         Ok(())
     }

@@ -96,7 +96,7 @@ impl<E: Entry> Index<E> {
     /// entry count. With `capacity_bytes` it is reopened for appends (active segment).
     pub fn load(storage: &dyn Storage, path: PathBuf, capacity_bytes: Option<usize>) -> io::Result<Index<E>> {
         let len_bytes = storage.open(&path, false)?.len()? as usize;
-        if len_bytes % E::BYTES != 0 {
+        if !len_bytes.is_multiple_of(E::BYTES) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("index {} is {len_bytes} bytes, not a multiple of {}", path.display(), E::BYTES),

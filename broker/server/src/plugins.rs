@@ -1,0 +1,720 @@
+//! The broker's plugins: uploads stored by content under `<data>/plugins/`, the
+//! registry of names and attachments (`plugins/registry.json`, replaced
+//! atomically), and the interceptor calls on the produce and fetch paths.
+//!
+//! - An upload is compiled and validated before anything is stored
+//!   (`plugin-host` checks it is a component exporting one hook world, and the
+//!   hook it was uploaded as). The bytes go to `<sha256>.wasm`; the compiled
+//!   artifact is cached next to it (`<sha256>.cwasm`, only ever written by this
+//!   broker) so a restart does not recompile.
+//! - An attachment runs `init(config)` when made (a refused configuration fails
+//!   the attach) and again at start-up. Each attachment has one instance; calls
+//!   to it are serialized.
+//! - Produce interceptors run on the leader before offsets are assigned and see
+//!   the request's batches; a rejection refuses the request (`InvalidRecord`,
+//!   with every reason), a rewrite re-encodes the batch with the same record
+//!   count and producer fields (so idempotent sequences stay valid).
+//! - Consume interceptors run on each fetched batch; kept records keep their
+//!   offsets, dropped ones leave gaps, and a batch with nothing left becomes a
+//!   control batch so consumers still move past it.
+//! - A plugin that fails (error, trap, deadline, bad output) is handled by the
+//!   attachment's policy: `fail-closed` refuses the request (`PluginFailed`),
+//!   `fail-open` lets the records through unchanged.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use abi::batch::{Attributes, BatchView, Header, Record, RecordBatch, DECOMPRESSED_BYTES_MAX};
+use abi::ErrorCode;
+use plugin_host::{
+    CompiledPlugin, ConsumeOutcome, HookKind, HostLimits, LogEntry, PackedBatch, Plugin, PluginEngine, PluginError,
+    PluginLog, PluginMetrics, ProduceOutcome,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::partition::lock;
+
+const REGISTRY_FILE: &str = "registry.json";
+const NAME_BYTES_MAX: usize = 128;
+
+/// What happens to records when an interceptor fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailurePolicy {
+    /// Refuse the produce or fetch (`PluginFailed`).
+    FailClosed,
+    /// Let the records through unchanged.
+    FailOpen,
+}
+
+impl FailurePolicy {
+    pub fn parse(text: &str) -> Result<FailurePolicy, ApiError> {
+        match text {
+            "" | "fail-closed" => Ok(FailurePolicy::FailClosed),
+            "fail-open" => Ok(FailurePolicy::FailOpen),
+            other => Err(ApiError::new(
+                ErrorCode::InvalidConfig,
+                format!("failure policy {other:?} is not fail-closed or fail-open"),
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FailurePolicy::FailClosed => "fail-closed",
+            FailurePolicy::FailOpen => "fail-open",
+        }
+    }
+}
+
+/// The registry as stored.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct RegistryFile {
+    plugins: Vec<PluginRecord>,
+    attachments: Vec<AttachmentRecord>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct PluginRecord {
+    name: String,
+    digest: String,
+    hook: String,
+    size_bytes: u64,
+    uploaded_ms: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct AttachmentRecord {
+    topic: String,
+    hook: String,
+    plugin: String,
+    config: Vec<(String, String)>,
+    policy: FailurePolicy,
+}
+
+/// A stored plugin.
+struct Stored {
+    record: PluginRecord,
+    compiled: Arc<CompiledPlugin>,
+    log: Arc<PluginLog>,
+    metrics: Arc<PluginMetrics>,
+}
+
+/// An attachment and its running instance (`None` when `init` failed at start-up).
+struct Attachment {
+    record: AttachmentRecord,
+    runner: Option<Arc<Mutex<Plugin>>>,
+    status: String,
+}
+
+/// A running interceptor: plugin name, policy, instance.
+type Interceptor = (String, FailurePolicy, Option<Arc<Mutex<Plugin>>>);
+
+/// A plugin as `listPlugins` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginSummary {
+    pub name: String,
+    pub hook: &'static str,
+    pub digest: String,
+    pub size_bytes: u64,
+    pub uploaded_ms: i64,
+    pub calls: u64,
+    pub errors: u64,
+    pub traps: u64,
+    pub busy_nanos: u64,
+    pub attached_to: Vec<String>,
+}
+
+/// An attachment as `listAttachments` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttachmentSummary {
+    pub topic: String,
+    pub hook: &'static str,
+    pub plugin: String,
+    pub config: Vec<(String, String)>,
+    pub policy: FailurePolicy,
+    pub status: String,
+}
+
+#[derive(Default)]
+struct State {
+    plugins: BTreeMap<String, Stored>,
+    /// Topic → its interceptors, in attach order.
+    attachments: BTreeMap<String, Vec<Attachment>>,
+}
+
+/// See the module docs.
+pub struct Plugins {
+    /// Started on first need: a broker without plugins runs no ticker thread
+    /// and reserves no instance memory.
+    engine: std::sync::OnceLock<PluginEngine>,
+    limits: HostLimits,
+    dir: PathBuf,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Plugins {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Plugins").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+fn storage(context: &str, error: impl std::fmt::Display) -> ApiError {
+    ApiError::new(ErrorCode::StorageError, format!("{context}: {error}"))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+fn hook_name(text: &str) -> Result<HookKind, ApiError> {
+    HookKind::parse(text).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("hook {text:?} is not partitioner, produce-interceptor, consume-interceptor or transform"),
+        )
+    })
+}
+
+fn validate_name(name: &str) -> Result<(), ApiError> {
+    let valid = !name.is_empty()
+        && name.len() <= NAME_BYTES_MAX
+        && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
+    match valid {
+        true => Ok(()),
+        false => Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("plugin name {name:?}: use 1 to {NAME_BYTES_MAX} of a-z A-Z 0-9 . _ -"),
+        )),
+    }
+}
+
+fn plugin_failed(plugin: &str, error: &PluginError) -> ApiError {
+    ApiError::new(ErrorCode::PluginFailed, format!("plugin {plugin:?}: {error}"))
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+impl Plugins {
+    /// Opens `dir` (created if missing): loads every stored plugin (from its
+    /// cached artifact when it is there) and restarts every attachment. An
+    /// attachment whose `init` now fails stays listed with that status.
+    pub fn open(dir: &Path, limits: HostLimits) -> Result<Plugins, ApiError> {
+        std::fs::create_dir_all(dir).map_err(|error| storage(&format!("create {}", dir.display()), error))?;
+        let plugins = Plugins {
+            engine: std::sync::OnceLock::new(),
+            limits,
+            dir: dir.to_path_buf(),
+            state: Mutex::new(State::default()),
+        };
+        let registry: RegistryFile = match std::fs::read(dir.join(REGISTRY_FILE)) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|error| storage(&format!("read {}", dir.join(REGISTRY_FILE).display()), error))?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => RegistryFile::default(),
+            Err(error) => return Err(storage("read the plugin registry", error)),
+        };
+        let mut state = State::default();
+        for record in registry.plugins {
+            let compiled = plugins.load(&record.digest)?;
+            let stored = Stored {
+                record,
+                compiled: Arc::new(compiled),
+                log: Arc::new(plugins.new_log()),
+                metrics: Arc::default(),
+            };
+            state.plugins.insert(stored.record.name.clone(), stored);
+        }
+        for record in registry.attachments {
+            let attachment = match state.plugins.get(&record.plugin) {
+                Some(stored) => match start(stored, &record.config) {
+                    Ok(runner) => Attachment { record, runner: Some(runner), status: "running".to_owned() },
+                    Err(error) => {
+                        tracing::warn!(plugin = %record.plugin, topic = %record.topic, %error, "attachment not started");
+                        let status = format!("not running: {error}");
+                        Attachment { record, runner: None, status }
+                    }
+                },
+                None => Attachment { record, runner: None, status: "not running: plugin missing".to_owned() },
+            };
+            state.attachments.entry(attachment.record.topic.clone()).or_default().push(attachment);
+        }
+        *lock(&plugins.state) = state;
+        Ok(plugins)
+    }
+
+    fn engine(&self) -> Result<&PluginEngine, ApiError> {
+        if let Some(engine) = self.engine.get() {
+            return Ok(engine);
+        }
+        let engine =
+            PluginEngine::new(self.limits.clone()).map_err(|error| storage("start the plugin engine", error))?;
+        Ok(self.engine.get_or_init(|| engine))
+    }
+
+    fn new_log(&self) -> PluginLog {
+        PluginLog::new(self.limits.log_entries_max, self.limits.log_message_bytes_max)
+    }
+
+    /// The compiled plugin of `digest`: the cached artifact, or a compile of the
+    /// stored bytes (then cached).
+    fn load(&self, digest: &str) -> Result<CompiledPlugin, ApiError> {
+        let cache = self.dir.join(format!("{digest}.cwasm"));
+        if let Ok(bytes) = std::fs::read(&cache) {
+            // SAFETY: `.cwasm` files are written only by `cache` below, from
+            // this engine's own serialization; a stale or foreign one fails to
+            // load and is recompiled.
+            match unsafe { self.engine()?.deserialize(&bytes, digest.to_owned()) } {
+                Ok(compiled) => return Ok(compiled),
+                Err(error) => tracing::info!(%digest, %error, "recompiling a plugin"),
+            }
+        }
+        let wasm_path = self.dir.join(format!("{digest}.wasm"));
+        let wasm =
+            std::fs::read(&wasm_path).map_err(|error| storage(&format!("read {}", wasm_path.display()), error))?;
+        let compiled = self.engine()?.compile(&wasm).map_err(|error| storage(&format!("compile {digest}"), error))?;
+        self.cache(&compiled);
+        Ok(compiled)
+    }
+
+    fn cache(&self, compiled: &CompiledPlugin) {
+        let path = self.dir.join(format!("{}.cwasm", compiled.digest()));
+        if let Err(error) = compiled
+            .serialize()
+            .map_err(|error| error.to_string())
+            .and_then(|bytes| write_atomically(&path, &bytes).map_err(|error| error.to_string()))
+        {
+            tracing::warn!(path = %path.display(), %error, "cannot cache a compiled plugin");
+        }
+    }
+
+    fn save(&self, state: &State) -> Result<(), ApiError> {
+        let registry = RegistryFile {
+            plugins: state.plugins.values().map(|stored| stored.record.clone()).collect(),
+            attachments: state.attachments.values().flatten().map(|attachment| attachment.record.clone()).collect(),
+        };
+        let bytes =
+            serde_json::to_vec_pretty(&registry).map_err(|error| storage("encode the plugin registry", error))?;
+        write_atomically(&self.dir.join(REGISTRY_FILE), &bytes)
+            .map_err(|error| storage("write the plugin registry", error))
+    }
+
+    /// Validates, stores and registers an upload (`hook` empty: whichever it
+    /// exports). Replacing a name restarts its attachments on the new code; if
+    /// one of them refuses its configuration, nothing changes.
+    pub fn upload(&self, name: &str, hook: &str, wasm: &[u8]) -> Result<PluginSummary, ApiError> {
+        validate_name(name)?;
+        let compiled =
+            self.engine()?.compile(wasm).map_err(|error| ApiError::new(ErrorCode::InvalidPlugin, error.to_string()))?;
+        if !hook.is_empty() {
+            let claimed = hook_name(hook)?;
+            if claimed != compiled.kind() {
+                let message =
+                    format!("uploaded as a {} but the component is a {}", claimed.name(), compiled.kind().name());
+                return Err(ApiError::new(ErrorCode::InvalidPlugin, message));
+            }
+        }
+        let digest = compiled.digest().to_owned();
+        let wasm_path = self.dir.join(format!("{digest}.wasm"));
+        if !wasm_path.exists() {
+            write_atomically(&wasm_path, wasm).map_err(|error| storage("store the plugin", error))?;
+        }
+        self.cache(&compiled);
+        let record = PluginRecord {
+            name: name.to_owned(),
+            digest,
+            hook: compiled.kind().name().to_owned(),
+            size_bytes: wasm.len() as u64,
+            uploaded_ms: now_ms(),
+        };
+        let mut state = lock(&self.state);
+        let (log, metrics) = match state.plugins.get(name) {
+            Some(old) if old.compiled.kind() != compiled.kind() => {
+                let attached = state.attachments.values().flatten().any(|attachment| attachment.record.plugin == name);
+                if attached {
+                    let message =
+                        format!("{name:?} is attached as a {}; detach it to change its hook", old.record.hook);
+                    return Err(ApiError::new(ErrorCode::PluginInUse, message));
+                }
+                (old.log.clone(), old.metrics.clone())
+            }
+            Some(old) => (old.log.clone(), old.metrics.clone()),
+            None => (Arc::new(self.new_log()), Arc::default()),
+        };
+        let stored = Stored { record, compiled: Arc::new(compiled), log, metrics };
+        // Restart attachments on the new code before committing to it.
+        let mut restarted = Vec::new();
+        for (topic, attachments) in &state.attachments {
+            for (position, attachment) in attachments.iter().enumerate() {
+                if attachment.record.plugin == name {
+                    let runner = start(&stored, &attachment.record.config).map_err(|error| {
+                        ApiError::new(ErrorCode::InvalidConfig, format!("topic {topic:?}: {error}"))
+                    })?;
+                    restarted.push((topic.clone(), position, runner));
+                }
+            }
+        }
+        for (topic, position, runner) in restarted {
+            if let Some(attachment) = state.attachments.get_mut(&topic).and_then(|list| list.get_mut(position)) {
+                attachment.runner = Some(runner);
+                attachment.status = "running".to_owned();
+            }
+        }
+        stored
+            .log
+            .push("info", format!("host: uploaded {} ({} bytes)", stored.record.digest, stored.record.size_bytes));
+        state.plugins.insert(name.to_owned(), stored);
+        self.save(&state)?;
+        Ok(summary(&state, name).expect("just inserted"))
+    }
+
+    pub fn list(&self) -> Vec<PluginSummary> {
+        let state = lock(&self.state);
+        state.plugins.keys().filter_map(|name| summary(&state, name)).collect()
+    }
+
+    /// Removes a plugin that is attached nowhere.
+    pub fn delete(&self, name: &str) -> Result<(), ApiError> {
+        let mut state = lock(&self.state);
+        let Some(stored) = state.plugins.get(name) else { return Err(not_found(name)) };
+        let topics: Vec<&str> = state
+            .attachments
+            .values()
+            .flatten()
+            .filter(|attachment| attachment.record.plugin == name)
+            .map(|attachment| attachment.record.topic.as_str())
+            .collect();
+        if !topics.is_empty() {
+            let message = format!("plugin {name:?} is attached to {topics:?}; detach it first");
+            return Err(ApiError::new(ErrorCode::PluginInUse, message));
+        }
+        let digest = stored.record.digest.clone();
+        state.plugins.remove(name);
+        self.save(&state)?;
+        if !state.plugins.values().any(|stored| stored.record.digest == digest) {
+            for extension in ["wasm", "cwasm"] {
+                let _ = std::fs::remove_file(self.dir.join(format!("{digest}.{extension}")));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn logs(&self, name: &str) -> Result<Vec<LogEntry>, ApiError> {
+        let state = lock(&self.state);
+        state.plugins.get(name).map(|stored| stored.log.entries()).ok_or_else(|| not_found(name))
+    }
+
+    /// Attaches an interceptor to `topic` (which the caller checked exists).
+    pub fn attach(
+        &self,
+        topic: &str,
+        hook: &str,
+        plugin: &str,
+        config: Vec<(String, String)>,
+        policy: FailurePolicy,
+    ) -> Result<(), ApiError> {
+        let hook = hook_name(hook)?;
+        if !matches!(hook, HookKind::ProduceInterceptor | HookKind::ConsumeInterceptor) {
+            let message = format!("only interceptors attach to topics; a {} does not", hook.name());
+            return Err(ApiError::new(ErrorCode::InvalidRequest, message));
+        }
+        let mut state = lock(&self.state);
+        let Some(stored) = state.plugins.get(plugin) else { return Err(not_found(plugin)) };
+        if stored.compiled.kind() != hook {
+            let message = format!("plugin {plugin:?} is a {}, not a {}", stored.record.hook, hook.name());
+            return Err(ApiError::new(ErrorCode::InvalidPlugin, message));
+        }
+        let attached = state.attachments.get(topic).is_some_and(|list| {
+            list.iter().any(|attachment| attachment.record.plugin == plugin && attachment.record.hook == hook.name())
+        });
+        if attached {
+            let message = format!("plugin {plugin:?} is already attached to {topic:?} as a {}", hook.name());
+            return Err(ApiError::new(ErrorCode::InvalidRequest, message));
+        }
+        let runner =
+            start(stored, &config).map_err(|error| ApiError::new(ErrorCode::InvalidConfig, error.to_string()))?;
+        let record = AttachmentRecord {
+            topic: topic.to_owned(),
+            hook: hook.name().to_owned(),
+            plugin: plugin.to_owned(),
+            config,
+            policy,
+        };
+        state.attachments.entry(topic.to_owned()).or_default().push(Attachment {
+            record,
+            runner: Some(runner),
+            status: "running".to_owned(),
+        });
+        self.save(&state)
+    }
+
+    pub fn detach(&self, topic: &str, hook: &str, plugin: &str) -> Result<(), ApiError> {
+        let hook = hook_name(hook)?;
+        let mut state = lock(&self.state);
+        let list = state.attachments.entry(topic.to_owned()).or_default();
+        let before = list.len();
+        list.retain(|attachment| !(attachment.record.plugin == plugin && attachment.record.hook == hook.name()));
+        if list.len() == before {
+            let message = format!("plugin {plugin:?} is not attached to {topic:?} as a {}", hook.name());
+            return Err(ApiError::new(ErrorCode::PluginNotFound, message));
+        }
+        if list.is_empty() {
+            state.attachments.remove(topic);
+        }
+        self.save(&state)
+    }
+
+    /// Drops the attachments of a deleted topic.
+    pub fn topic_deleted(&self, topic: &str) -> Result<(), ApiError> {
+        let mut state = lock(&self.state);
+        if state.attachments.remove(topic).is_some() {
+            self.save(&state)?;
+        }
+        Ok(())
+    }
+
+    /// Attachments of `topic`, or of every topic.
+    pub fn attachments(&self, topic: Option<&str>) -> Vec<AttachmentSummary> {
+        let state = lock(&self.state);
+        state
+            .attachments
+            .iter()
+            .filter(|(name, _)| topic.is_none_or(|topic| topic == name.as_str()))
+            .flat_map(|(_, list)| list.iter())
+            .map(|attachment| AttachmentSummary {
+                topic: attachment.record.topic.clone(),
+                hook: HookKind::parse(&attachment.record.hook).map_or("unknown", HookKind::name),
+                plugin: attachment.record.plugin.clone(),
+                config: attachment.record.config.clone(),
+                policy: attachment.record.policy,
+                status: attachment.status.clone(),
+            })
+            .collect()
+    }
+
+    /// The running interceptors of `hook` on `topic`, in attach order.
+    fn interceptors(&self, topic: &str, hook: HookKind) -> Vec<Interceptor> {
+        let state = lock(&self.state);
+        let Some(list) = state.attachments.get(topic) else { return Vec::new() };
+        list.iter()
+            .filter(|attachment| attachment.record.hook == hook.name())
+            .map(|attachment| (attachment.record.plugin.clone(), attachment.record.policy, attachment.runner.clone()))
+            .collect()
+    }
+
+    /// Runs the topic's produce interceptors over `batches` (a produce request's
+    /// RecordBatches); rewrites them in place when a plugin replaced records.
+    pub fn intercept_produce(&self, topic: &str, partition: i32, batches: &mut Vec<u8>) -> Result<(), ApiError> {
+        let interceptors = self.interceptors(topic, HookKind::ProduceInterceptor);
+        if interceptors.is_empty() {
+            return Ok(());
+        }
+        let mut out = Vec::with_capacity(batches.len());
+        let mut rest: &[u8] = batches;
+        let mut changed = false;
+        while !rest.is_empty() {
+            let (view, after) = BatchView::split_first(rest).map_err(corrupt)?;
+            rest = after;
+            let mut batch = RecordBatch::decode_with_limit(view.as_bytes(), DECOMPRESSED_BYTES_MAX).map_err(corrupt)?;
+            let mut batch_changed = false;
+            for (plugin, policy, runner) in &interceptors {
+                let packed = pack(&batch, -1);
+                let outcome = match runner {
+                    Some(runner) => lock(runner).on_produce(topic, partition as u32, &packed),
+                    None => Err(PluginError::Unavailable("the attachment is not running".to_owned())),
+                };
+                match outcome {
+                    Ok(ProduceOutcome::Accept) => {}
+                    Ok(ProduceOutcome::Reject(reasons)) => {
+                        let listed: Vec<String> =
+                            reasons.iter().map(|(index, reason)| format!("record {index}: {reason}")).collect();
+                        let message = format!("rejected by plugin {plugin:?}: {}", listed.join("; "));
+                        return Err(ApiError::new(ErrorCode::InvalidRecord, message));
+                    }
+                    Ok(ProduceOutcome::Rewrite(rewritten)) => {
+                        replace_records(&mut batch, &rewritten, false)?;
+                        batch_changed = true;
+                    }
+                    Err(error) if *policy == FailurePolicy::FailOpen => {
+                        tracing::debug!(%plugin, %error, "produce interceptor failed open");
+                    }
+                    Err(error) => return Err(plugin_failed(plugin, &error)),
+                }
+            }
+            match batch_changed {
+                true => {
+                    batch.encode_into(&mut out).map_err(corrupt)?;
+                    changed = true;
+                }
+                false => out.extend_from_slice(view.as_bytes()),
+            }
+        }
+        if changed {
+            *batches = out;
+        }
+        Ok(())
+    }
+
+    /// Whether `topic` has consume interceptors (the fetch fast path).
+    pub fn intercepts_fetches(&self, topic: &str) -> bool {
+        let state = lock(&self.state);
+        state.attachments.get(topic).is_some_and(|list| {
+            list.iter().any(|attachment| attachment.record.hook == HookKind::ConsumeInterceptor.name())
+        })
+    }
+
+    /// Runs the topic's consume interceptors over fetched batches; returns the
+    /// bytes to hand out instead, if any changed.
+    pub fn intercept_fetch(
+        &self,
+        topic: &str,
+        partition: i32,
+        group: Option<&str>,
+        fetched: &[u8],
+    ) -> Result<Option<Vec<u8>>, ApiError> {
+        let interceptors = self.interceptors(topic, HookKind::ConsumeInterceptor);
+        if interceptors.is_empty() {
+            return Ok(None);
+        }
+        let mut out = Vec::with_capacity(fetched.len());
+        let mut rest = fetched;
+        let mut changed = false;
+        while !rest.is_empty() {
+            let (view, after) = BatchView::split_first(rest).map_err(corrupt)?;
+            rest = after;
+            if view.attributes().is_control() {
+                out.extend_from_slice(view.as_bytes());
+                continue;
+            }
+            let mut batch = RecordBatch::decode_with_limit(view.as_bytes(), DECOMPRESSED_BYTES_MAX).map_err(corrupt)?;
+            let mut batch_changed = false;
+            for (plugin, policy, runner) in &interceptors {
+                if batch.records.is_empty() {
+                    break;
+                }
+                let packed = pack(&batch, batch.base_offset);
+                let outcome = match runner {
+                    Some(runner) => lock(runner).on_consume(topic, partition as u32, group, &packed),
+                    None => Err(PluginError::Unavailable("the attachment is not running".to_owned())),
+                };
+                match outcome {
+                    Ok(ConsumeOutcome::Accept) => {}
+                    Ok(ConsumeOutcome::Rewrite(rewritten)) => {
+                        replace_records(&mut batch, &rewritten, true)?;
+                        batch_changed = true;
+                    }
+                    Err(error) if *policy == FailurePolicy::FailOpen => {
+                        tracing::debug!(%plugin, %error, "consume interceptor failed open");
+                    }
+                    Err(error) => return Err(plugin_failed(plugin, &error)),
+                }
+            }
+            if !batch_changed {
+                out.extend_from_slice(view.as_bytes());
+                continue;
+            }
+            changed = true;
+            if batch.records.is_empty() {
+                // Everything dropped: a control batch over the same offsets, so
+                // consumers move past them without records.
+                batch.attributes = Attributes(batch.attributes.0).with_control(true);
+                batch.records.push(Record { offset_delta: batch.last_offset_delta, ..Record::default() });
+            }
+            batch.encode_into(&mut out).map_err(corrupt)?;
+        }
+        Ok(changed.then_some(out))
+    }
+}
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::new(ErrorCode::PluginNotFound, format!("no plugin named {name:?}"))
+}
+
+fn corrupt(error: abi::batch::BatchError) -> ApiError {
+    ApiError::new(ErrorCode::CorruptMessage, error.to_string())
+}
+
+fn start(stored: &Stored, config: &[(String, String)]) -> Result<Arc<Mutex<Plugin>>, PluginError> {
+    let plugin = Plugin::start(stored.compiled.clone(), config.to_vec(), stored.log.clone(), stored.metrics.clone())?;
+    Ok(Arc::new(Mutex::new(plugin)))
+}
+
+fn summary(state: &State, name: &str) -> Option<PluginSummary> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let stored = state.plugins.get(name)?;
+    let metrics = &stored.metrics;
+    let mut attached_to: Vec<String> = state
+        .attachments
+        .values()
+        .flatten()
+        .filter(|attachment| attachment.record.plugin == name)
+        .map(|attachment| attachment.record.topic.clone())
+        .collect();
+    attached_to.dedup();
+    Some(PluginSummary {
+        name: name.to_owned(),
+        hook: stored.compiled.kind().name(),
+        digest: stored.record.digest.clone(),
+        size_bytes: stored.record.size_bytes,
+        uploaded_ms: stored.record.uploaded_ms,
+        calls: metrics.calls.load(Relaxed),
+        errors: metrics.errors.load(Relaxed),
+        traps: metrics.traps.load(Relaxed),
+        busy_nanos: metrics.busy_nanos.load(Relaxed),
+        attached_to,
+    })
+}
+
+/// A decoded batch as the contract's packed batch.
+fn pack(batch: &RecordBatch, base_offset: i64) -> PackedBatch {
+    let mut packed = PackedBatch::new(base_offset, batch.base_timestamp);
+    for record in &batch.records {
+        let headers = record.headers.iter().map(|header| (header.key.as_str(), header.value.as_deref()));
+        packed.push(
+            record.offset_delta as u32,
+            batch.base_timestamp.wrapping_add(record.timestamp_delta),
+            record.key.as_deref(),
+            record.value.as_deref(),
+            headers,
+        );
+    }
+    packed
+}
+
+/// Puts a plugin's records into `batch`. For produce (`keep_offsets` false) the
+/// count is the same and deltas are positions; for fetches the deltas are the
+/// plugin's (a subset of the input's).
+fn replace_records(batch: &mut RecordBatch, packed: &PackedBatch, keep_offsets: bool) -> Result<(), ApiError> {
+    let records =
+        packed.records().map_err(|error| ApiError::new(ErrorCode::PluginFailed, format!("plugin output: {error}")))?;
+    batch.records = records
+        .into_iter()
+        .enumerate()
+        .map(|(position, record)| Record {
+            attributes: 0,
+            timestamp_delta: record.timestamp_ms.wrapping_sub(batch.base_timestamp),
+            offset_delta: if keep_offsets { record.offset_delta as i32 } else { position as i32 },
+            key: record.key.map(<[u8]>::to_vec),
+            value: record.value.map(<[u8]>::to_vec),
+            headers: record.headers.iter().map(|(key, value)| Header::new(*key, value.map(<[u8]>::to_vec))).collect(),
+        })
+        .collect();
+    if let Some(max) =
+        batch.records.iter().map(|record| batch.base_timestamp.wrapping_add(record.timestamp_delta)).max()
+    {
+        batch.max_timestamp = max;
+    }
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! Plugin administration on [`Admin`]: upload WebAssembly components, list and
+//! delete them, read their logs, attach interceptors to topics.
+
+use abi::weir_capnp::plugin_summary;
+
+use crate::admin::Admin;
+use crate::error::{broker_error, refused_or_ok, ClientError};
+
+/// A stored plugin, with its counters since the broker started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginDescription {
+    pub name: String,
+    /// `partitioner`, `produce-interceptor`, `consume-interceptor` or `transform`.
+    pub hook: String,
+    /// SHA-256 of the uploaded bytes (hex).
+    pub digest: String,
+    pub size_bytes: u64,
+    pub uploaded_ms: i64,
+    pub calls: u64,
+    pub errors: u64,
+    pub traps: u64,
+    pub busy_nanos: u64,
+    pub attached_to: Vec<String>,
+}
+
+/// One line of a plugin's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginLogLine {
+    pub unix_ms: i64,
+    pub level: String,
+    pub message: String,
+}
+
+/// An interceptor attached to a topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginAttachment {
+    pub topic: String,
+    pub hook: String,
+    pub plugin: String,
+    pub config: Vec<(String, String)>,
+    /// `fail-closed` or `fail-open`.
+    pub failure_policy: String,
+    /// `running`, or why not.
+    pub status: String,
+}
+
+/// What to attach, and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attach {
+    pub topic: String,
+    /// `produce-interceptor` or `consume-interceptor`.
+    pub hook: String,
+    pub plugin: String,
+    pub config: Vec<(String, String)>,
+    /// `fail-closed` (default when empty) or `fail-open`.
+    pub failure_policy: String,
+}
+
+fn text(reader: capnp::Result<capnp::text::Reader<'_>>) -> Result<String, ClientError> {
+    Ok(reader?.to_str()?.to_owned())
+}
+
+fn read_summary(reader: plugin_summary::Reader<'_>) -> Result<PluginDescription, ClientError> {
+    Ok(PluginDescription {
+        name: text(reader.get_name())?,
+        hook: text(reader.get_hook())?,
+        digest: text(reader.get_digest())?,
+        size_bytes: reader.get_size_bytes(),
+        uploaded_ms: reader.get_uploaded_ms(),
+        calls: reader.get_calls(),
+        errors: reader.get_errors(),
+        traps: reader.get_traps(),
+        busy_nanos: reader.get_busy_nanos(),
+        attached_to: reader.get_attached_to()?.iter().map(text).collect::<Result<_, _>>()?,
+    })
+}
+
+impl Admin {
+    /// Uploads a plugin under `name` (replacing an older version of it). The
+    /// broker checks that `wasm` is a component of the `weir:plugin` contract
+    /// exporting `hook` (empty: any hook) before storing anything.
+    pub async fn upload_plugin(&self, name: &str, hook: &str, wasm: Vec<u8>) -> Result<PluginDescription, ClientError> {
+        let (name, hook) = (name.to_owned(), hook.to_owned());
+        self.with_admin("upload plugin", move |admin, address| async move {
+            let mut request = admin.upload_plugin_request();
+            let mut params = request.get();
+            params.set_name(&name[..]);
+            params.set_hook(&hook[..]);
+            params.set_wasm(&wasm);
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            if response.has_error() {
+                return Err(broker_error(response.get_error()?));
+            }
+            read_summary(response.get_plugin()?)
+        })
+        .await
+    }
+
+    pub async fn list_plugins(&self) -> Result<Vec<PluginDescription>, ClientError> {
+        self.with_admin("list plugins", move |admin, address| async move {
+            let response = admin
+                .list_plugins_request()
+                .send()
+                .promise
+                .await
+                .map_err(|error| ClientError::from_rpc(&address, error))?;
+            response.get()?.get_plugins()?.iter().map(read_summary).collect()
+        })
+        .await
+    }
+
+    /// One plugin (`PluginNotFound` if there is none of that name).
+    pub async fn describe_plugin(&self, name: &str) -> Result<PluginDescription, ClientError> {
+        self.list_plugins()
+            .await?
+            .into_iter()
+            .find(|plugin| plugin.name == name)
+            .ok_or_else(|| ClientError::broker(abi::ErrorCode::PluginNotFound, format!("no plugin named {name:?}")))
+    }
+
+    /// Deletes a plugin; refused with `PluginInUse` while it is attached.
+    pub async fn delete_plugin(&self, name: &str) -> Result<(), ClientError> {
+        let name = name.to_owned();
+        self.with_admin("delete plugin", move |admin, address| async move {
+            let mut request = admin.delete_plugin_request();
+            request.get().set_name(&name[..]);
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            refused_or_ok!(response)
+        })
+        .await
+    }
+
+    /// The newest lines of a plugin's log (its own `log` calls, panic messages,
+    /// and the host's notes about its failures).
+    pub async fn plugin_logs(&self, name: &str) -> Result<Vec<PluginLogLine>, ClientError> {
+        let name = name.to_owned();
+        self.with_admin("plugin logs", move |admin, address| async move {
+            let mut request = admin.plugin_logs_request();
+            request.get().set_name(&name[..]);
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            if response.has_error() {
+                return Err(broker_error(response.get_error()?));
+            }
+            response
+                .get_entries()?
+                .iter()
+                .map(|entry| {
+                    Ok(PluginLogLine {
+                        unix_ms: entry.get_unix_ms(),
+                        level: text(entry.get_level())?,
+                        message: text(entry.get_message())?,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// Attaches an interceptor; its `init(config)` runs first and may refuse
+    /// (`InvalidConfig`).
+    pub async fn attach_plugin(&self, attach: Attach) -> Result<(), ClientError> {
+        self.with_admin("attach plugin", move |admin, address| async move {
+            let mut request = admin.attach_plugin_request();
+            let mut params = request.get();
+            params.set_topic(&attach.topic[..]);
+            params.set_hook(&attach.hook[..]);
+            params.set_plugin(&attach.plugin[..]);
+            params.set_failure_policy(&attach.failure_policy[..]);
+            let mut entries = params.init_config(attach.config.len() as u32);
+            for (index, (key, value)) in attach.config.iter().enumerate() {
+                let mut entry = entries.reborrow().get(index as u32);
+                entry.set_key(&key[..]);
+                entry.set_value(&value[..]);
+            }
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            refused_or_ok!(response)
+        })
+        .await
+    }
+
+    pub async fn detach_plugin(&self, topic: &str, hook: &str, plugin: &str) -> Result<(), ClientError> {
+        let (topic, hook, plugin) = (topic.to_owned(), hook.to_owned(), plugin.to_owned());
+        self.with_admin("detach plugin", move |admin, address| async move {
+            let mut request = admin.detach_plugin_request();
+            let mut params = request.get();
+            params.set_topic(&topic[..]);
+            params.set_hook(&hook[..]);
+            params.set_plugin(&plugin[..]);
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            refused_or_ok!(response)
+        })
+        .await
+    }
+
+    /// Interceptors attached to `topic` (`None`: to every topic).
+    pub async fn list_attachments(&self, topic: Option<&str>) -> Result<Vec<PluginAttachment>, ClientError> {
+        let topic = topic.unwrap_or("").to_owned();
+        self.with_admin("list attachments", move |admin, address| async move {
+            let mut request = admin.list_attachments_request();
+            request.get().set_topic(&topic[..]);
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            if response.has_error() {
+                return Err(broker_error(response.get_error()?));
+            }
+            response
+                .get_attachments()?
+                .iter()
+                .map(|attachment| {
+                    Ok(PluginAttachment {
+                        topic: text(attachment.get_topic())?,
+                        hook: text(attachment.get_hook())?,
+                        plugin: text(attachment.get_plugin())?,
+                        config: attachment
+                            .get_config()?
+                            .iter()
+                            .map(|entry| Ok((text(entry.get_key())?, text(entry.get_value())?)))
+                            .collect::<Result<_, ClientError>>()?,
+                        failure_policy: text(attachment.get_failure_policy())?,
+                        status: text(attachment.get_status())?,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+}

@@ -1,0 +1,194 @@
+//! Plugins through the real broker and client: upload (and what is refused),
+//! a produce interceptor rejecting bad records, a consume interceptor redacting
+//! a field per group, hostile plugins under both failure policies while other
+//! topics keep working, and everything surviving a restart. The plugins are
+//! the real ones from `plugins/` (built by `./scripts/build-plugins.sh`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use client::{Admin, Attach, ConsumerConfig, ErrorCode, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord};
+use support::{code_of, TestBroker};
+
+fn wasm(name: &str) -> Vec<u8> {
+    let dir = match std::env::var_os("WEIR_PLUGIN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/plugins/wasm32-wasip2/release"),
+    };
+    let path = dir.join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|error| {
+        panic!("{}: {error}; build the plugins first: ./scripts/build-plugins.sh", path.display())
+    })
+}
+
+fn attach(topic: &str, hook: &str, plugin: &str, config: &[(&str, &str)], policy: &str) -> Attach {
+    Attach {
+        topic: topic.to_owned(),
+        hook: hook.to_owned(),
+        plugin: plugin.to_owned(),
+        config: config.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect(),
+        failure_policy: policy.to_owned(),
+    }
+}
+
+/// A producer that fails fast (no retries past a second).
+fn fast_producer(broker: &TestBroker) -> Producer {
+    let config = ProducerConfig { delivery_timeout: Duration::from_secs(2), ..broker.producer_config() };
+    Producer::new(config).unwrap()
+}
+
+async fn send(producer: &Producer, topic: &str, value: &[u8]) -> Result<i64, client::ClientError> {
+    let delivery = producer.send(ProducerRecord::new(topic, value.to_vec())).await?;
+    Ok(delivery.await?.offset)
+}
+
+async fn values(broker: &TestBroker, topic: &str, group: Option<&str>, count: usize) -> Vec<String> {
+    let config = ConsumerConfig { group_id: group.map(str::to_owned), ..broker.consumer_config() };
+    let consumer = client::Consumer::new(config).unwrap();
+    consumer.assign(&[(topic.to_owned(), 0)]).await.unwrap();
+    consumer.seek(topic, 0, Offset::Beginning).unwrap();
+    let records = support::consume(&consumer, count).await;
+    records
+        .iter()
+        .map(|record| String::from_utf8_lossy(record.value.as_deref().unwrap_or_default()).into_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_are_validated_and_listed() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    let uploaded = admin.upload_plugin("json", "produce-interceptor", wasm("json_validator")).await.unwrap();
+    assert_eq!((uploaded.hook.as_str(), uploaded.digest.len()), ("produce-interceptor", 64));
+    for (name, hook, bytes, code, says) in [
+        ("bad", "", b"definitely not wasm".to_vec(), ErrorCode::InvalidPlugin, "not a WebAssembly binary"),
+        ("bad", "", b"\0asm\x01\0\0\0".to_vec(), ErrorCode::InvalidPlugin, "not a component"),
+        ("bad", "partitioner", wasm("json_validator"), ErrorCode::InvalidPlugin, "is a produce-interceptor"),
+        ("bad", "sorter", wasm("json_validator"), ErrorCode::InvalidRequest, "is not partitioner"),
+        ("no/slash", "", wasm("json_validator"), ErrorCode::InvalidRequest, "plugin name"),
+    ] {
+        match admin.upload_plugin(name, hook, bytes).await {
+            Err(client::ClientError::Broker { code: got, message }) => {
+                assert_eq!(got, code, "{message}");
+                assert!(message.contains(says), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let listed = admin.list_plugins().await.unwrap();
+    assert_eq!(listed.iter().map(|plugin| plugin.name.as_str()).collect::<Vec<_>>(), vec!["json"]);
+    assert_eq!(code_of(admin.delete_plugin("missing").await), ErrorCode::PluginNotFound);
+    admin.delete_plugin("json").await.unwrap();
+    assert!(admin.list_plugins().await.unwrap().is_empty());
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_produce_interceptor_rejects_bad_records_and_survives_a_restart() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("orders", 1)).await.unwrap();
+    admin.upload_plugin("json", "", wasm("json_validator")).await.unwrap();
+    let refused =
+        admin.attach_plugin(attach("orders", "produce-interceptor", "json", &[("require-object", "maybe")], "")).await;
+    assert_eq!(code_of(refused), ErrorCode::InvalidConfig, "init refused the config");
+    let wrong_hook = admin.attach_plugin(attach("orders", "consume-interceptor", "json", &[], "")).await;
+    assert_eq!(code_of(wrong_hook), ErrorCode::InvalidPlugin);
+    admin
+        .attach_plugin(attach("orders", "produce-interceptor", "json", &[("require-object", "true")], ""))
+        .await
+        .unwrap();
+    assert_eq!(code_of(admin.delete_plugin("json").await), ErrorCode::PluginInUse);
+
+    let producer = fast_producer(&broker);
+    assert_eq!(send(&producer, "orders", br#"{"id":1}"#).await.unwrap(), 0);
+    match send(&producer, "orders", b"[not, an, object]").await {
+        Err(client::ClientError::Broker { code: ErrorCode::InvalidRecord, message }) => {
+            assert!(message.contains("record 0: not a JSON object") || message.contains("invalid JSON"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(send(&producer, "orders", br#"{"id":2}"#).await.unwrap(), 1, "nothing was appended for the rejection");
+    let attachments = admin.list_attachments(Some("orders")).await.unwrap();
+    assert_eq!((attachments.len(), attachments[0].status.as_str()), (1, "running"));
+    drop(producer);
+    broker.stop().await;
+
+    // Plugins and attachments come back with the broker (from the compiled cache).
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    assert_eq!(admin.list_plugins().await.unwrap()[0].attached_to, vec!["orders".to_owned()]);
+    let producer = fast_producer(&broker);
+    assert_eq!(code_of(send(&producer, "orders", b"oops").await), ErrorCode::InvalidRecord);
+    assert_eq!(send(&producer, "orders", br#"{"id":3}"#).await.unwrap(), 2);
+    admin.detach_plugin("orders", "produce-interceptor", "json").await.unwrap();
+    assert_eq!(send(&producer, "orders", b"anything goes now").await.unwrap(), 3);
+    admin.delete_plugin("json").await.unwrap();
+    drop(producer);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consume_interceptor_redacts_per_group_without_changing_the_log() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("payments", 1)).await.unwrap();
+    let producer = fast_producer(&broker);
+    for value in [r#"{"card":"4111","total":3}"#, "plain text", r#"{"total":4}"#] {
+        send(&producer, "payments", value.as_bytes()).await.unwrap();
+    }
+    admin.upload_plugin("redact", "consume-interceptor", wasm("redact_field")).await.unwrap();
+    let config = [("field", "card"), ("exempt-groups", "audit")];
+    admin.attach_plugin(attach("payments", "consume-interceptor", "redact", &config, "")).await.unwrap();
+    let seen = values(&broker, "payments", Some("billing"), 3).await;
+    assert_eq!(seen, vec![r#"{"card":"***","total":3}"#, "plain text", r#"{"total":4}"#]);
+    let audit = values(&broker, "payments", Some("audit"), 3).await;
+    assert_eq!(audit[0], r#"{"card":"4111","total":3}"#, "the stored record is unchanged");
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_plugins_fail_by_their_policy_and_other_topics_keep_working() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start_with(temp.path(), |config| config.plugins.call_deadline_ms = 50).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    for topic in ["spin-closed", "spin-open", "panics", "plain"] {
+        admin.create_topic(NewTopic::new(topic, 1)).await.unwrap();
+    }
+    admin.upload_plugin("hostile", "produce-interceptor", wasm("hostile")).await.unwrap();
+    admin
+        .attach_plugin(attach("spin-closed", "produce-interceptor", "hostile", &[("mode", "spin")], ""))
+        .await
+        .unwrap();
+    let spin_open = attach("spin-open", "produce-interceptor", "hostile", &[("mode", "spin")], "fail-open");
+    admin.attach_plugin(spin_open).await.unwrap();
+    admin.attach_plugin(attach("panics", "produce-interceptor", "hostile", &[("mode", "panic")], "")).await.unwrap();
+    let init_spin = attach("plain", "produce-interceptor", "hostile", &[("mode", "init-spin")], "");
+    assert_eq!(code_of(admin.attach_plugin(init_spin).await), ErrorCode::InvalidConfig, "init ran out of time");
+
+    let producer = fast_producer(&broker);
+    let started = Instant::now();
+    match send(&producer, "spin-closed", b"x").await {
+        Err(client::ClientError::Broker { code: ErrorCode::PluginFailed, message }) => {
+            assert!(message.contains("deadline"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(2), "answered after {:?}", started.elapsed());
+    assert_eq!(send(&producer, "spin-open", b"let through").await.unwrap(), 0, "fail-open appends unchanged");
+    assert_eq!(code_of(send(&producer, "panics", b"x").await), ErrorCode::PluginFailed);
+    assert_eq!(send(&producer, "plain", b"still served").await.unwrap(), 0);
+    let logs = admin.plugin_logs("hostile").await.unwrap();
+    assert!(logs.iter().any(|line| line.message.contains("hostile plugin panics")), "{logs:?}");
+    let plugin = admin.describe_plugin("hostile").await.unwrap();
+    assert!(plugin.errors >= 2 && plugin.traps >= 1, "{plugin:?}");
+    drop(producer);
+    broker.stop().await;
+}
