@@ -1,7 +1,7 @@
 //! `weir`: the one command for running a Weir broker and talking to it.
 //!
-//! Subcommands live in their own modules: `serve` (run the broker), `topic` and
-//! `group` (admin of topics and consumer groups), `produce` and `consume`
+//! Subcommands live in their own modules: `serve` (run the broker), `topic`,
+//! `group` and `plugin` (admin of topics, consumer groups and plugins), `produce` and `consume`
 //! (records over stdin/stdout), `bench`
 //! (throughput and latency next to the machine's loopback bandwidth) and
 //! `dump_log` (print the batches of a segment file). Client commands share
@@ -15,6 +15,7 @@ mod consume;
 mod dump_log;
 mod group;
 mod output;
+mod plugin;
 mod produce;
 mod serve;
 mod topic;
@@ -44,6 +45,11 @@ enum Command {
     Topic {
         #[command(subcommand)]
         command: topic::TopicCommand,
+    },
+    /// Upload, list, describe and delete WebAssembly plugins; read their logs.
+    Plugin {
+        #[command(subcommand)]
+        command: plugin::PluginCommand,
     },
     /// List, describe (members, committed offsets, lag), reset and delete consumer groups.
     Group {
@@ -124,6 +130,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Topic { command } => block_on(topic::run(command)),
         Command::Group { command } => block_on(group::run(command)),
+        Command::Plugin { command } => block_on(plugin::run(command)),
         Command::Produce(args) => block_on(produce::run(args)),
         Command::Consume(args) => {
             if let Err(problem) = args.check() {

@@ -1,4 +1,5 @@
-//! `weir topic …`: create, list, describe, delete topics and alter their configs.
+//! `weir topic …`: create, list, describe, delete topics, alter their configs,
+//! and attach interceptor plugins.
 
 use clap::Subcommand;
 use client::{Admin, NewTopic};
@@ -41,6 +42,45 @@ pub enum TopicCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Attach an interceptor plugin to the topic (runs after those attached before).
+    ///
+    /// A produce interceptor checks or rewrites records before they are stored
+    /// (a rejection refuses the producer's batch); a consume interceptor rewrites
+    /// or hides records as consumers read them (the log is unchanged).
+    AddInterceptor {
+        topic: String,
+        /// The plugin's name (see `weir plugin upload`).
+        #[arg(long)]
+        plugin: String,
+        /// Which interceptor: produce or consume (default: the plugin's own hook).
+        #[arg(long, value_parser = ["produce", "consume"])]
+        kind: Option<String>,
+        /// A setting for the plugin's init (repeatable).
+        #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
+        configs: Vec<(String, String)>,
+        /// When the plugin fails: refuse the records (fail-closed) or let them through (fail-open).
+        #[arg(long, default_value = "fail-closed", value_parser = ["fail-closed", "fail-open"])]
+        failure_policy: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Detach an interceptor plugin from the topic.
+    RemoveInterceptor {
+        topic: String,
+        #[arg(long)]
+        plugin: String,
+        /// Which interceptor: produce or consume (default: the plugin's own hook).
+        #[arg(long, value_parser = ["produce", "consume"])]
+        kind: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List the interceptors attached to the topic.
+    Interceptors {
+        topic: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Set topic configs (an empty value, KEY=, restores the broker default).
     AlterConfig {
         name: String,
@@ -73,6 +113,55 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
         TopicCommand::Delete { name, client } => {
             Admin::new(client.common())?.delete_topic(&name).await?;
             print(client.format, json!({"deleted": name}), || format!("deleted topic {name}"));
+        }
+        TopicCommand::AddInterceptor { topic, plugin, kind, configs, failure_policy, client } => {
+            let admin = Admin::new(client.common())?;
+            let hook = interceptor_hook(&admin, &plugin, kind.as_deref()).await?;
+            let attach = client::Attach {
+                topic: topic.clone(),
+                hook: hook.clone(),
+                plugin: plugin.clone(),
+                config: configs,
+                failure_policy: failure_policy.clone(),
+            };
+            admin.attach_plugin(attach).await?;
+            print(
+                client.format,
+                json!({"topic": topic, "attached": plugin, "hook": hook, "failure_policy": failure_policy}),
+                || format!("attached {plugin} to {topic} as a {hook} ({failure_policy})"),
+            );
+        }
+        TopicCommand::RemoveInterceptor { topic, plugin, kind, client } => {
+            let admin = Admin::new(client.common())?;
+            let hook = interceptor_hook(&admin, &plugin, kind.as_deref()).await?;
+            admin.detach_plugin(&topic, &hook, &plugin).await?;
+            print(client.format, json!({"topic": topic, "detached": plugin, "hook": hook}), || {
+                format!("detached {plugin} from {topic}")
+            });
+        }
+        TopicCommand::Interceptors { topic, client } => {
+            let attachments = Admin::new(client.common())?.list_attachments(Some(&topic)).await?;
+            for attachment in attachments {
+                let config: Vec<String> =
+                    attachment.config.iter().map(|(key, value)| format!("{key}={value}")).collect();
+                let json = json!({
+                    "plugin": attachment.plugin,
+                    "hook": attachment.hook,
+                    "config": config,
+                    "failure_policy": attachment.failure_policy,
+                    "status": attachment.status,
+                });
+                print(client.format, json, || {
+                    format!(
+                        "{}  {}  {}  {}  [{}]",
+                        attachment.plugin,
+                        attachment.hook,
+                        attachment.failure_policy,
+                        attachment.status,
+                        config.join(" ")
+                    )
+                });
+            }
         }
         TopicCommand::AlterConfig { name, configs, client } => {
             Admin::new(client.common())?.alter_topic_config(&name, configs.clone()).await?;
@@ -137,4 +226,12 @@ async fn describe(name: &str, client: &ClientArgs) -> anyhow::Result<()> {
         text.trim_end().to_owned()
     });
     Ok(())
+}
+
+/// The hook to attach as: `--kind`, else the plugin's own.
+async fn interceptor_hook(admin: &Admin, plugin: &str, kind: Option<&str>) -> anyhow::Result<String> {
+    Ok(match kind {
+        Some(kind) => format!("{kind}-interceptor"),
+        None => admin.describe_plugin(plugin).await?.hook,
+    })
 }

@@ -407,3 +407,52 @@ fn bad_usage_and_bad_input_are_reported() {
         String::from_utf8_lossy(&damaged.stderr)
     );
 }
+
+fn plugin_file(name: &str) -> String {
+    let dir = match std::env::var_os("WEIR_PLUGIN_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins/wasm32-wasip2/release"),
+    };
+    let path = dir.join(format!("{name}.wasm"));
+    assert!(path.exists(), "{}: build the plugins first: ./scripts/build-plugins.sh", path.display());
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn plugins_upload_attach_intercept_and_report_through_the_cli() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = Broker::start(temp.path());
+    broker.ok(&["topic", "create", "events"], "");
+    let uploaded = broker.ok(&["plugin", "upload", &plugin_file("json_validator"), "--name", "json"], "");
+    assert!(uploaded.starts_with("uploaded plugin json (produce-interceptor, "), "{uploaded}");
+    let mismatch =
+        broker.run(&["plugin", "upload", &plugin_file("redact_field"), "--name", "x", "--hook", "transform"], "");
+    assert!(!mismatch.status.success());
+    let stderr = String::from_utf8_lossy(&mismatch.stderr);
+    assert!(stderr.contains("InvalidPlugin") && stderr.contains("is a consume-interceptor"), "{stderr}");
+
+    let attached = broker.ok(&["topic", "add-interceptor", "events", "--plugin", "json"], "");
+    assert_eq!(attached.trim(), "attached json to events as a produce-interceptor (fail-closed)");
+    assert_eq!(broker.ok(&["produce", "events"], "{\"ok\":1}\n").trim(), "1 record(s) acknowledged");
+    let refused = broker.run(&["produce", "events"], "not json\n");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("InvalidRecord") && stderr.contains("record 0: invalid JSON"), "{stderr}");
+
+    broker.ok(&["plugin", "upload", &plugin_file("redact_field"), "--name", "redact"], "");
+    broker.ok(&["topic", "add-interceptor", "events", "--plugin", "redact", "--config", "field=ok"], "");
+    let consumed = broker.ok(&["consume", "events", "--offset", "beginning", "--max-messages", "1"], "");
+    assert_eq!(consumed.trim(), "{\"ok\":\"***\"}");
+    let interceptors = broker.ok(&["topic", "interceptors", "events"], "");
+    assert_eq!(interceptors.lines().count(), 2, "{interceptors}");
+    let json = broker.json(&["plugin", "describe", "json"]);
+    assert_eq!((json["hook"].as_str(), json["attached_to"][0].as_str()), (Some("produce-interceptor"), Some("events")));
+    assert!(json["calls"].as_u64().unwrap() >= 2, "{json}");
+    let in_use = broker.run(&["plugin", "delete", "json"], "");
+    assert!(String::from_utf8_lossy(&in_use.stderr).contains("PluginInUse"));
+    broker.ok(&["topic", "remove-interceptor", "events", "--plugin", "json"], "");
+    broker.ok(&["plugin", "delete", "json"], "");
+    assert_eq!(broker.ok(&["plugin", "list", "--format", "json"], "").matches("\"name\"").count(), 1);
+    assert!(broker.ok(&["plugin", "logs", "redact"], "").contains("uploaded"));
+    broker.stop();
+}

@@ -1,0 +1,168 @@
+//! `weir plugin …`: upload WebAssembly plugins, list, describe and delete them,
+//! and read their logs. Interceptors are attached with `weir topic
+//! add-interceptor`.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use client::{Admin, PluginDescription};
+use serde_json::json;
+
+use crate::output::print;
+use crate::ClientArgs;
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Upload a plugin (a wasm32-wasip2 component built against wit/weir-plugin.wit).
+    ///
+    /// The broker compiles it and checks it exports the hook before storing it;
+    /// uploading an existing name replaces its code (attachments restart on it).
+    Upload {
+        /// The .wasm component, e.g. target/plugins/wasm32-wasip2/release/json_validator.wasm
+        file: PathBuf,
+        /// The plugin's name (a-z A-Z 0-9 . _ -).
+        #[arg(long)]
+        name: String,
+        /// The hook it must implement: partitioner, produce-interceptor,
+        /// consume-interceptor or transform (default: whichever it exports).
+        #[arg(long, default_value = "")]
+        hook: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List plugins with their hook, size and counters.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show one plugin: digest, counters, attachments.
+    Describe {
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Print a plugin's log: its own messages, panics, and the broker's notes on its failures.
+    Logs {
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete a plugin (refused while it is attached).
+    Delete {
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+fn plugin_json(plugin: &PluginDescription) -> serde_json::Value {
+    json!({
+        "name": plugin.name,
+        "hook": plugin.hook,
+        "digest": plugin.digest,
+        "size_bytes": plugin.size_bytes,
+        "uploaded_ms": plugin.uploaded_ms,
+        "calls": plugin.calls,
+        "errors": plugin.errors,
+        "traps": plugin.traps,
+        "busy_ms": plugin.busy_nanos as f64 / 1e6,
+        "attached_to": plugin.attached_to,
+    })
+}
+
+pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
+    match command {
+        PluginCommand::Upload { file, name, hook, client } => {
+            let wasm = std::fs::read(&file).map_err(|error| anyhow::anyhow!("{}: {error}", file.display()))?;
+            let plugin = Admin::new(client.common())?.upload_plugin(&name, &hook, wasm).await?;
+            print(client.format, plugin_json(&plugin), || {
+                format!(
+                    "uploaded plugin {} ({}, {} bytes, sha256 {})",
+                    plugin.name, plugin.hook, plugin.size_bytes, plugin.digest
+                )
+            });
+        }
+        PluginCommand::List { client } => {
+            let plugins = Admin::new(client.common())?.list_plugins().await?;
+            match client.format {
+                crate::Format::Json => println!("{}", json!(plugins.iter().map(plugin_json).collect::<Vec<_>>())),
+                crate::Format::Text => {
+                    println!("NAME  HOOK  SIZE  CALLS  ERRORS  TRAPS  ATTACHED-TO");
+                    for plugin in &plugins {
+                        println!(
+                            "{}  {}  {}  {}  {}  {}  {}",
+                            plugin.name,
+                            plugin.hook,
+                            plugin.size_bytes,
+                            plugin.calls,
+                            plugin.errors,
+                            plugin.traps,
+                            plugin.attached_to.join(",")
+                        );
+                    }
+                }
+            }
+        }
+        PluginCommand::Describe { name, client } => {
+            let admin = Admin::new(client.common())?;
+            let plugin = admin.describe_plugin(&name).await?;
+            let attachments: Vec<_> = admin
+                .list_attachments(None)
+                .await?
+                .into_iter()
+                .filter(|attachment| attachment.plugin == name)
+                .collect();
+            let mut json = plugin_json(&plugin);
+            json["attachments"] = json!(attachments
+                .iter()
+                .map(|attachment| json!({
+                    "topic": attachment.topic,
+                    "hook": attachment.hook,
+                    "config": attachment.config.iter().map(|(key, value)| format!("{key}={value}")).collect::<Vec<_>>(),
+                    "failure_policy": attachment.failure_policy,
+                    "status": attachment.status,
+                }))
+                .collect::<Vec<_>>());
+            print(client.format, json, || {
+                let mut text = format!(
+                    "plugin {} ({})\nsha256 {}\n{} bytes, uploaded at {} ms\ncalls {}, errors {}, traps {}, busy {:.1} ms",
+                    plugin.name,
+                    plugin.hook,
+                    plugin.digest,
+                    plugin.size_bytes,
+                    plugin.uploaded_ms,
+                    plugin.calls,
+                    plugin.errors,
+                    plugin.traps,
+                    plugin.busy_nanos as f64 / 1e6
+                );
+                for attachment in &attachments {
+                    text.push_str(&format!(
+                        "\nattached to {} as {} ({}; {}), config {:?}",
+                        attachment.topic,
+                        attachment.hook,
+                        attachment.failure_policy,
+                        attachment.status,
+                        attachment.config
+                    ));
+                }
+                text
+            });
+        }
+        PluginCommand::Logs { name, client } => {
+            let lines = Admin::new(client.common())?.plugin_logs(&name).await?;
+            for line in lines {
+                print(
+                    client.format,
+                    json!({"unix_ms": line.unix_ms, "level": line.level, "message": line.message}),
+                    || format!("{} {:5} {}", line.unix_ms, line.level, line.message),
+                );
+            }
+        }
+        PluginCommand::Delete { name, client } => {
+            Admin::new(client.common())?.delete_plugin(&name).await?;
+            print(client.format, json!({"deleted": name}), || format!("deleted plugin {name}"));
+        }
+    }
+    Ok(())
+}
