@@ -516,12 +516,40 @@ impl Instance {
     }
 }
 
+/// A batch lent to a call as the contract's type (its buffers moved, not
+/// copied), put back when dropped.
+struct Lent<'a> {
+    batch: &'a mut PackedBatch,
+    input: types::Batch,
+}
+
+impl<'a> Lent<'a> {
+    fn new(batch: &'a mut PackedBatch) -> Lent<'a> {
+        let input = types::Batch {
+            base_offset: batch.base_offset,
+            base_timestamp_ms: batch.base_timestamp_ms,
+            arena: std::mem::take(&mut batch.arena),
+            index: std::mem::take(&mut batch.index),
+        };
+        Lent { batch, input }
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        self.batch.arena = std::mem::take(&mut self.input.arena);
+        self.batch.index = std::mem::take(&mut self.input.index);
+    }
+}
+
 fn deadline_ticks(limits: &HostLimits) -> u64 {
     (limits.call_deadline.as_nanos() / TICK.as_nanos()).max(1) as u64
 }
 
 /// One attached or deployed plugin: its compiled code, configuration, current
 /// instance, log and counters. Calls take `&mut self`: one batch at a time.
+/// Each call borrows its input batch mutably only to hand its buffers to the
+/// plugin without copying them; the batch is back, unchanged, when it returns.
 pub struct Plugin {
     compiled: Arc<CompiledPlugin>,
     config: Vec<(String, String)>,
@@ -637,15 +665,6 @@ impl Plugin {
         })
     }
 
-    fn batch(batch: &PackedBatch) -> types::Batch {
-        types::Batch {
-            base_offset: batch.base_offset,
-            base_timestamp_ms: batch.base_timestamp_ms,
-            arena: batch.arena.clone(),
-            index: batch.index.clone(),
-        }
-    }
-
     fn unpack(&self, batch: types::Batch) -> Result<PackedBatch, PluginError> {
         let limits = &self.compiled.limits;
         let packed = PackedBatch {
@@ -687,19 +706,24 @@ impl Plugin {
         &mut self,
         topic: &str,
         partition_count: u32,
-        batch: &PackedBatch,
+        batch: &mut PackedBatch,
     ) -> Result<Vec<Option<u32>>, PluginError> {
         if self.kind() != HookKind::Partitioner {
             return Err(self.wrong_kind(HookKind::Partitioner));
         }
-        let input = Plugin::batch(batch);
+        let lent = Lent::new(batch);
         let answer = self.call(|instance, deadline| {
             instance.store.set_epoch_deadline(deadline);
             let Exports::Partitioner(plugin) = &instance.exports else { unreachable!("kind checked") };
-            let answer =
-                plugin.weir_plugin_partitioner().call_partition(&mut instance.store, topic, partition_count, &input);
+            let answer = plugin.weir_plugin_partitioner().call_partition(
+                &mut instance.store,
+                topic,
+                partition_count,
+                &lent.input,
+            );
             answer.map_err(classify)?.map_err(|error| CallError::Other(plugin_error(error)))
         })?;
+        drop(lent);
         if answer.len() != batch.len() {
             return Err(self.bad(PluginError::BadOutput(format!(
                 "{} partitions for {} records",
@@ -723,20 +747,22 @@ impl Plugin {
         &mut self,
         topic: &str,
         partition: u32,
-        batch: &PackedBatch,
+        batch: &mut PackedBatch,
     ) -> Result<ProduceOutcome, PluginError> {
         use bindings::produce_interceptor::exports::weir::plugin::produce_interceptor::Action;
         if self.kind() != HookKind::ProduceInterceptor {
             return Err(self.wrong_kind(HookKind::ProduceInterceptor));
         }
-        let input = Plugin::batch(batch);
+        let lent = Lent::new(batch);
         let target = types::TopicPartition { topic: topic.to_owned(), partition };
         let verdicts = self.call(|instance, deadline| {
             instance.store.set_epoch_deadline(deadline);
             let Exports::ProduceInterceptor(plugin) = &instance.exports else { unreachable!("kind checked") };
-            let answer = plugin.weir_plugin_produce_interceptor().call_on_produce(&mut instance.store, &target, &input);
+            let answer =
+                plugin.weir_plugin_produce_interceptor().call_on_produce(&mut instance.store, &target, &lent.input);
             answer.map_err(classify)?.map_err(|error| CallError::Other(plugin_error(error)))
         })?;
+        drop(lent);
         if verdicts.actions.len() != batch.len() {
             return Err(self.bad(PluginError::BadOutput(format!(
                 "{} verdicts for {} records",
@@ -786,13 +812,13 @@ impl Plugin {
         topic: &str,
         partition: u32,
         group: Option<&str>,
-        batch: &PackedBatch,
+        batch: &mut PackedBatch,
     ) -> Result<ConsumeOutcome, PluginError> {
         use bindings::consume_interceptor::exports::weir::plugin::consume_interceptor::Action;
         if self.kind() != HookKind::ConsumeInterceptor {
             return Err(self.wrong_kind(HookKind::ConsumeInterceptor));
         }
-        let input = Plugin::batch(batch);
+        let lent = Lent::new(batch);
         let source = types::TopicPartition { topic: topic.to_owned(), partition };
         let group = group.map(str::to_owned);
         let verdicts = self.call(|instance, deadline| {
@@ -802,10 +828,11 @@ impl Plugin {
                 &mut instance.store,
                 &source,
                 group.as_deref(),
-                &input,
+                &lent.input,
             );
             answer.map_err(classify)?.map_err(|error| CallError::Other(plugin_error(error)))
         })?;
+        drop(lent);
         if verdicts.actions.len() != batch.len() {
             return Err(self.bad(PluginError::BadOutput(format!(
                 "{} verdicts for {} records",
@@ -853,20 +880,21 @@ impl Plugin {
         &mut self,
         topic: &str,
         partition: u32,
-        batch: &PackedBatch,
+        batch: &mut PackedBatch,
         outputs: usize,
     ) -> Result<TransformOutcome, PluginError> {
         if self.kind() != HookKind::Transform {
             return Err(self.wrong_kind(HookKind::Transform));
         }
-        let input = Plugin::batch(batch);
+        let lent = Lent::new(batch);
         let source = types::TopicPartition { topic: topic.to_owned(), partition };
         let output = self.call(|instance, deadline| {
             instance.store.set_epoch_deadline(deadline);
             let Exports::Transform(plugin) = &instance.exports else { unreachable!("kind checked") };
-            let answer = plugin.weir_plugin_transform().call_process(&mut instance.store, &source, &input);
+            let answer = plugin.weir_plugin_transform().call_process(&mut instance.store, &source, &lent.input);
             answer.map_err(classify)?.map_err(|error| CallError::Other(plugin_error(error)))
         })?;
+        drop(lent);
         let records = self.unpack(output.records).map_err(|error| self.bad(error))?;
         if output.topic_index.len() != records.len() {
             return Err(self.bad(PluginError::BadOutput(format!(

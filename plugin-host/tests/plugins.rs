@@ -70,15 +70,17 @@ fn the_json_validator_accepts_json_and_rejects_the_rest_with_reasons() {
     assert_eq!(compiled.kind(), HookKind::ProduceInterceptor);
     let mut plugin = start(&compiled, &[]).unwrap();
     assert_eq!(plugin.info().name, "json-validator");
-    let good = batch(&[b"{\"a\":1}", b"[1,2]", b"\"text\""]);
-    assert_eq!(plugin.on_produce("orders", 0, &good).unwrap(), ProduceOutcome::Accept);
-    let bad = batch(&[b"{\"a\":1}", b"{oops", b"42", b"nope"]);
-    let ProduceOutcome::Reject(reasons) = plugin.on_produce("orders", 0, &bad).unwrap() else { panic!("rejected") };
+    let mut good = batch(&[b"{\"a\":1}", b"[1,2]", b"\"text\""]);
+    assert_eq!(plugin.on_produce("orders", 0, &mut good).unwrap(), ProduceOutcome::Accept);
+    let mut bad = batch(&[b"{\"a\":1}", b"{oops", b"42", b"nope"]);
+    let ProduceOutcome::Reject(reasons) = plugin.on_produce("orders", 0, &mut bad).unwrap() else { panic!("rejected") };
     assert_eq!(reasons.iter().map(|(index, _)| *index).collect::<Vec<_>>(), vec![1, 3]);
     assert!(reasons[0].1.contains("invalid JSON"), "{reasons:?}");
 
     let mut strict = start(&compiled, &[("require-object", "true")]).unwrap();
-    let ProduceOutcome::Reject(reasons) = strict.on_produce("orders", 0, &good).unwrap() else { panic!("rejected") };
+    let ProduceOutcome::Reject(reasons) = strict.on_produce("orders", 0, &mut good).unwrap() else {
+        panic!("rejected")
+    };
     assert_eq!(reasons, vec![(1, "not a JSON object".to_owned()), (2, "not a JSON object".to_owned())]);
     match start(&compiled, &[("require-object", "maybe")]) {
         Err(PluginError::Config(message)) => assert!(message.contains("require-object"), "{message}"),
@@ -92,7 +94,7 @@ fn the_region_partitioner_routes_by_key_prefix() {
     let compiled = compile(&engine, "region_partitioner");
     assert_eq!(compiled.kind(), HookKind::Partitioner);
     let mut plugin = start(&compiled, &[("region.eu", "0"), ("region.us", "1"), ("region.ap", "5")]).unwrap();
-    let partitions = plugin.partition("orders", 4, &keyed(&["eu:1", "us:2", "ap:3", "xx", "sa:4"])).unwrap();
+    let partitions = plugin.partition("orders", 4, &mut keyed(&["eu:1", "us:2", "ap:3", "xx", "sa:4"])).unwrap();
     assert_eq!(partitions, vec![Some(0), Some(1), Some(1), None, None], "ap wraps 5 % 4; unknown regions delegate");
     assert!(matches!(start(&compiled, &[]), Err(PluginError::Config(_))));
 }
@@ -104,7 +106,7 @@ fn the_redactor_hides_a_field_except_from_exempt_groups() {
     let mut plugin = start(&compiled, &[("field", "card"), ("exempt-groups", "audit")]).unwrap();
     let mut input = batch(&[b"{\"card\":\"4111\",\"total\":3}", b"not json", b"{\"total\":4}"]);
     input.base_offset = 40;
-    let ConsumeOutcome::Rewrite(output) = plugin.on_consume("payments", 2, Some("billing"), &input).unwrap() else {
+    let ConsumeOutcome::Rewrite(output) = plugin.on_consume("payments", 2, Some("billing"), &mut input).unwrap() else {
         panic!("rewritten")
     };
     let records = output.records().unwrap();
@@ -114,7 +116,7 @@ fn the_redactor_hides_a_field_except_from_exempt_groups() {
     assert_eq!(records[0].key, Some(&b"key-0"[..]), "key and headers stay");
     assert_eq!(records[0].headers, vec![("h", Some(&b"v"[..]))]);
     assert_eq!((records[1].value, records[2].value), (Some(&b"not json"[..]), Some(&b"{\"total\":4}"[..])));
-    assert_eq!(plugin.on_consume("payments", 2, Some("audit"), &input).unwrap(), ConsumeOutcome::Accept);
+    assert_eq!(plugin.on_consume("payments", 2, Some("audit"), &mut input).unwrap(), ConsumeOutcome::Accept);
 }
 
 #[test]
@@ -122,13 +124,13 @@ fn the_transform_filters_and_routes_with_new_keys() {
     let engine = engine(HostLimits::default());
     let compiled = compile(&engine, "route_transform");
     let mut plugin = start(&compiled, &[("field", "region"), ("match", "eu")]).unwrap();
-    let input = batch(&[b"{\"region\":\"eu\",\"n\":1}", b"{\"n\":2}", b"{\"region\":\"us\"}", b"junk"]);
-    let output = plugin.process("events", 0, &input, 2).unwrap();
+    let mut input = batch(&[b"{\"region\":\"eu\",\"n\":1}", b"{\"n\":2}", b"{\"region\":\"us\"}", b"junk"]);
+    let output = plugin.process("events", 0, &mut input, 2).unwrap();
     assert_eq!(output.topic_index, vec![0, 1]);
     let records = output.records.records().unwrap();
     assert_eq!((records[0].key, records[1].key), (Some(&b"eu"[..]), Some(&b"us"[..])));
     assert_eq!(records[1].timestamp_ms, 1_002, "the input's timestamp");
-    match plugin.process("events", 0, &input, 1) {
+    match plugin.process("events", 0, &mut input, 1) {
         Err(PluginError::BadOutput(message)) => assert!(message.contains("output topic 1"), "{message}"),
         other => panic!("{other:?}"),
     }
@@ -143,7 +145,7 @@ fn an_infinite_loop_stops_within_twice_its_deadline() {
     let mut fastest = Duration::MAX;
     for _ in 0..3 {
         let started = Instant::now();
-        let outcome = plugin.on_produce("t", 0, &batch(&[b"x"]));
+        let outcome = plugin.on_produce("t", 0, &mut batch(&[b"x"]));
         fastest = fastest.min(started.elapsed());
         assert_eq!(outcome, Err(PluginError::Deadline { deadline_ms: 50 }));
     }
@@ -151,7 +153,7 @@ fn an_infinite_loop_stops_within_twice_its_deadline() {
     assert!(matches!(start(&compiled, &[("mode", "init-spin")]), Err(PluginError::Deadline { .. })));
     // The host goes on serving other plugins.
     let mut json = start(&compile(&engine, "json_validator"), &[]).unwrap();
-    assert_eq!(json.on_produce("t", 0, &batch(&[b"1"])).unwrap(), ProduceOutcome::Accept);
+    assert_eq!(json.on_produce("t", 0, &mut batch(&[b"1"])).unwrap(), ProduceOutcome::Accept);
 }
 
 #[test]
@@ -159,14 +161,14 @@ fn a_memory_bomb_traps_at_its_cap_and_a_panic_reaches_the_log() {
     let engine = engine(HostLimits { memory_bytes: 8 << 20, ..HostLimits::default() });
     let compiled = compile(&engine, "hostile");
     let mut bomb = start(&compiled, &[("mode", "bomb")]).unwrap();
-    match bomb.on_produce("t", 0, &batch(&[b"x"])) {
+    match bomb.on_produce("t", 0, &mut batch(&[b"x"])) {
         Err(PluginError::Trap(message)) => assert!(message.contains("memory"), "{message}"),
         other => panic!("{other:?}"),
     }
     assert_eq!(bomb.metrics().instantiations.load(std::sync::atomic::Ordering::Relaxed), 2, "start, then the retry");
 
     let mut panics = start(&compiled, &[("mode", "panic")]).unwrap();
-    assert!(matches!(panics.on_produce("t", 0, &batch(&[b"x", b"y"])), Err(PluginError::Trap(_))));
+    assert!(matches!(panics.on_produce("t", 0, &mut batch(&[b"x", b"y"])), Err(PluginError::Trap(_))));
     let log = panics.log().entries();
     assert!(
         log.iter()
@@ -176,7 +178,7 @@ fn a_memory_bomb_traps_at_its_cap_and_a_panic_reaches_the_log() {
     assert!(panics.metrics().traps.load(std::sync::atomic::Ordering::Relaxed) >= 2);
 
     let mut fine = start(&compiled, &[("mode", "accept")]).unwrap();
-    assert_eq!(fine.on_produce("t", 0, &batch(&[b"x"])).unwrap(), ProduceOutcome::Accept);
+    assert_eq!(fine.on_produce("t", 0, &mut batch(&[b"x"])).unwrap(), ProduceOutcome::Accept);
 }
 
 #[test]
@@ -191,7 +193,7 @@ fn contract_breaking_output_is_refused() {
     let compiled = compile(&engine, "hostile");
     for (mode, expected) in [("garbage", "outside"), ("miscount", "verdicts for"), ("flood", "bytes of records")] {
         let mut plugin = start(&compiled, &[("mode", mode)]).unwrap();
-        match plugin.on_produce("t", 0, &batch(&[b"a", b"b", b"c", b"d", b"e", b"f"])) {
+        match plugin.on_produce("t", 0, &mut batch(&[b"a", b"b", b"c", b"d", b"e", b"f"])) {
             Err(PluginError::BadOutput(message)) => assert!(message.contains(expected), "{mode}: {message}"),
             other => panic!("{mode}: {other:?}"),
         }
@@ -217,7 +219,7 @@ fn uploads_that_are_not_plugins_get_clear_errors() {
     assert!(matches!(engine.compile(&truncated), Err(PluginError::Invalid(_))));
     // A partitioner cannot be run as an interceptor.
     let mut partitioner = start(&compile(&engine, "region_partitioner"), &[("region.eu", "0")]).unwrap();
-    assert!(matches!(partitioner.on_produce("t", 0, &batch(&[b"x"])), Err(PluginError::Unavailable(_))));
+    assert!(matches!(partitioner.on_produce("t", 0, &mut batch(&[b"x"])), Err(PluginError::Unavailable(_))));
 }
 
 #[test]
@@ -229,5 +231,5 @@ fn compiled_artifacts_round_trip_through_the_cache_form() {
     let loaded = Arc::new(unsafe { engine.deserialize(&bytes, compiled.digest().to_owned()) }.unwrap());
     assert_eq!((loaded.kind(), loaded.digest()), (compiled.kind(), compiled.digest()));
     let mut plugin = start(&loaded, &[]).unwrap();
-    assert!(matches!(plugin.on_produce("t", 0, &batch(&[b"{"])).unwrap(), ProduceOutcome::Reject(_)));
+    assert!(matches!(plugin.on_produce("t", 0, &mut batch(&[b"{"])).unwrap(), ProduceOutcome::Reject(_)));
 }

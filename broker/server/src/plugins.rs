@@ -530,9 +530,9 @@ impl Plugins {
             let mut batch = RecordBatch::decode_with_limit(view.as_bytes(), DECOMPRESSED_BYTES_MAX).map_err(corrupt)?;
             let mut batch_changed = false;
             for (plugin, policy, runner) in &interceptors {
-                let packed = pack(&batch, -1);
+                let mut packed = pack(&batch, -1);
                 let outcome = match runner {
-                    Some(runner) => lock(runner).on_produce(topic, partition as u32, &packed),
+                    Some(runner) => lock(runner).on_produce(topic, partition as u32, &mut packed),
                     None => Err(PluginError::Unavailable("the attachment is not running".to_owned())),
                 };
                 match outcome {
@@ -604,9 +604,9 @@ impl Plugins {
                 if batch.records.is_empty() {
                     break;
                 }
-                let packed = pack(&batch, batch.base_offset);
+                let mut packed = pack(&batch, batch.base_offset);
                 let outcome = match runner {
-                    Some(runner) => lock(runner).on_consume(topic, partition as u32, group, &packed),
+                    Some(runner) => lock(runner).on_consume(topic, partition as u32, group, &mut packed),
                     None => Err(PluginError::Unavailable("the attachment is not running".to_owned())),
                 };
                 match outcome {
