@@ -151,6 +151,21 @@ async fn a_consume_interceptor_redacts_per_group_without_changing_the_log() {
     assert_eq!(seen, vec![r#"{"card":"***","total":3}"#, "plain text", r#"{"total":4}"#]);
     let audit = values(&broker, "payments", Some("audit"), 3).await;
     assert_eq!(audit[0], r#"{"card":"4111","total":3}"#, "the stored record is unchanged");
+
+    // Hidden records leave offset gaps; a batch with nothing left still moves
+    // consumers past it (the last two batches hold no card).
+    admin.detach_plugin("payments", "consume-interceptor", "redact").await.unwrap();
+    let config = [("field", "card"), ("hide-others", "true")];
+    admin.attach_plugin(attach("payments", "consume-interceptor", "redact", &config, "")).await.unwrap();
+    send(&producer, "payments", br#"{"card":"5500"}"#).await.unwrap();
+    let consumer = client::Consumer::new(broker.consumer_config()).unwrap();
+    consumer.assign(&[("payments".to_owned(), 0)]).await.unwrap();
+    consumer.seek("payments", 0, Offset::Beginning).unwrap();
+    let records = support::consume(&consumer, 2).await;
+    let seen: Vec<(i64, &[u8])> =
+        records.iter().map(|record| (record.offset, record.value.as_deref().unwrap_or_default())).collect();
+    assert_eq!(seen, vec![(0, &br#"{"card":"***","total":3}"#[..]), (3, &br#"{"card":"***"}"#[..])]);
+    assert_eq!(consumer.position("payments", 0), Some(4));
     broker.stop().await;
 }
 

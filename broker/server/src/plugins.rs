@@ -26,7 +26,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use abi::batch::{Attributes, BatchView, Header, Record, RecordBatch, DECOMPRESSED_BYTES_MAX};
+use abi::batch::{
+    records_section, Attributes, BatchView, Header, Record, RecordBatch, RecordRefs, DECOMPRESSED_BYTES_MAX,
+};
 use abi::ErrorCode;
 use plugin_host::{
     CompiledPlugin, ConsumeOutcome, HookKind, HostLimits, LogEntry, PackedBatch, Plugin, PluginEngine, PluginError,
@@ -527,10 +529,11 @@ impl Plugins {
         while !rest.is_empty() {
             let (view, after) = BatchView::split_first(rest).map_err(corrupt)?;
             rest = after;
-            let mut batch = RecordBatch::decode_with_limit(view.as_bytes(), DECOMPRESSED_BYTES_MAX).map_err(corrupt)?;
-            let mut batch_changed = false;
+            // Read in place (one copy, into the packed arena); decoded and
+            // re-encoded only if a plugin rewrites records.
+            let mut packed = pack_view(&view, -1)?;
+            let mut rewritten: Option<RecordBatch> = None;
             for (plugin, policy, runner) in &interceptors {
-                let mut packed = pack(&batch, -1);
                 let outcome = match runner {
                     Some(runner) => lock(runner).on_produce(topic, partition as u32, &mut packed),
                     None => Err(PluginError::Unavailable("the attachment is not running".to_owned())),
@@ -543,9 +546,16 @@ impl Plugins {
                         let message = format!("rejected by plugin {plugin:?}: {}", listed.join("; "));
                         return Err(ApiError::new(ErrorCode::InvalidRecord, message));
                     }
-                    Ok(ProduceOutcome::Rewrite(rewritten)) => {
-                        replace_records(&mut batch, &rewritten, false)?;
-                        batch_changed = true;
+                    Ok(ProduceOutcome::Rewrite(records)) => {
+                        let batch = match &mut rewritten {
+                            Some(batch) => batch,
+                            None => rewritten.insert(
+                                RecordBatch::decode_with_limit(view.as_bytes(), DECOMPRESSED_BYTES_MAX)
+                                    .map_err(corrupt)?,
+                            ),
+                        };
+                        replace_records(batch, &records, false)?;
+                        packed = records;
                     }
                     Err(error) if *policy == FailurePolicy::FailOpen => {
                         tracing::debug!(%plugin, %error, "produce interceptor failed open");
@@ -553,12 +563,12 @@ impl Plugins {
                     Err(error) => return Err(plugin_failed(plugin, &error)),
                 }
             }
-            match batch_changed {
-                true => {
+            match rewritten {
+                Some(batch) => {
                     batch.encode_into(&mut out).map_err(corrupt)?;
                     changed = true;
                 }
-                false => out.extend_from_slice(view.as_bytes()),
+                None => out.extend_from_slice(view.as_bytes()),
             }
         }
         if changed {
@@ -598,22 +608,29 @@ impl Plugins {
                 out.extend_from_slice(view.as_bytes());
                 continue;
             }
-            let mut batch = RecordBatch::decode_with_limit(view.as_bytes(), DECOMPRESSED_BYTES_MAX).map_err(corrupt)?;
-            let mut batch_changed = false;
+            let mut packed = pack_view(&view, view.base_offset())?;
+            let mut rewritten: Option<RecordBatch> = None;
             for (plugin, policy, runner) in &interceptors {
-                if batch.records.is_empty() {
+                if packed.is_empty() {
                     break;
                 }
-                let mut packed = pack(&batch, batch.base_offset);
                 let outcome = match runner {
                     Some(runner) => lock(runner).on_consume(topic, partition as u32, group, &mut packed),
                     None => Err(PluginError::Unavailable("the attachment is not running".to_owned())),
                 };
                 match outcome {
                     Ok(ConsumeOutcome::Accept) => {}
-                    Ok(ConsumeOutcome::Rewrite(rewritten)) => {
-                        replace_records(&mut batch, &rewritten, true)?;
-                        batch_changed = true;
+                    Ok(ConsumeOutcome::Rewrite(records)) => {
+                        let batch = match &mut rewritten {
+                            Some(batch) => batch,
+                            None => rewritten.insert(
+                                RecordBatch::decode_with_limit(view.as_bytes(), DECOMPRESSED_BYTES_MAX)
+                                    .map_err(corrupt)?,
+                            ),
+                        };
+                        replace_records(batch, &records, true)?;
+                        packed = records;
+                        packed.base_offset = view.base_offset();
                     }
                     Err(error) if *policy == FailurePolicy::FailOpen => {
                         tracing::debug!(%plugin, %error, "consume interceptor failed open");
@@ -621,10 +638,10 @@ impl Plugins {
                     Err(error) => return Err(plugin_failed(plugin, &error)),
                 }
             }
-            if !batch_changed {
+            let Some(mut batch) = rewritten else {
                 out.extend_from_slice(view.as_bytes());
                 continue;
-            }
+            };
             changed = true;
             if batch.records.is_empty() {
                 // Everything dropped: a control batch over the same offsets, so
@@ -677,20 +694,31 @@ fn summary(state: &State, name: &str) -> Option<PluginSummary> {
     })
 }
 
-/// A decoded batch as the contract's packed batch.
-fn pack(batch: &RecordBatch, base_offset: i64) -> PackedBatch {
-    let mut packed = PackedBatch::new(base_offset, batch.base_timestamp);
-    for record in &batch.records {
-        let headers = record.headers.iter().map(|header| (header.key.as_str(), header.value.as_deref()));
+/// A stored or produced batch as the contract's packed batch, read in place
+/// (checks the CRC, decompresses within bounds).
+fn pack_view(view: &BatchView<'_>, base_offset: i64) -> Result<PackedBatch, ApiError> {
+    let section = records_section(view, DECOMPRESSED_BYTES_MAX).map_err(corrupt)?;
+    let count = usize::try_from(view.records_count()).unwrap_or(0);
+    let base_timestamp = view.base_timestamp();
+    let mut packed = PackedBatch::new(base_offset, base_timestamp);
+    packed.arena.reserve(section.len());
+    packed.index.reserve(count * plugin_host::STRIDE);
+    for record in RecordRefs::new(&section, count) {
+        let record = record.map_err(corrupt)?;
+        let bytes = |range: &Option<std::ops::Range<usize>>| range.clone().map(|range| &section[range]);
+        let headers = record.headers.iter().map(|(key, value)| {
+            // RecordRefs checked header keys are UTF-8.
+            (std::str::from_utf8(&section[key.clone()]).unwrap_or_default(), value.clone().map(|value| &section[value]))
+        });
         packed.push(
             record.offset_delta as u32,
-            batch.base_timestamp.wrapping_add(record.timestamp_delta),
-            record.key.as_deref(),
-            record.value.as_deref(),
+            base_timestamp.wrapping_add(record.timestamp_delta),
+            bytes(&record.key),
+            bytes(&record.value),
             headers,
         );
     }
-    packed
+    Ok(packed)
 }
 
 /// Puts a plugin's records into `batch`. For produce (`keep_offsets` false) the
