@@ -85,6 +85,43 @@ interface Admin {
   attachPlugin @13 (topic :Text, hook :Text, plugin :Text, config :List(ConfigEntry), failurePolicy :Text) -> (error :Error);
   detachPlugin @14 (topic :Text, hook :Text, plugin :Text) -> (error :Error);
   listAttachments @15 (topic :Text) -> (attachments :List(PluginAttachment), error :Error);   # empty topic = all
+
+  # Transforms: a transform plugin run by the broker over every committed record
+  # of an input topic, producing to up to 8 output topics through the idempotent
+  # path (sequence numbers checkpointed with the input offset: no duplicate
+  # outputs after a restart). Output partitions come from the output topic's
+  # key partitioning (Kafka murmur2), so records can be re-keyed.
+  deployTransform @16 (spec :TransformSpec) -> (error :Error);
+  listTransforms @17 () -> (transforms :List(TransformStatus));
+  # action: pause, resume, delete, or replay (from `offset`: -2 earliest, -1 latest,
+  # else an offset of every input partition).
+  controlTransform @18 (name :Text, action :Text, offset :Int64) -> (error :Error);
+}
+
+struct TransformSpec {
+  name @0 :Text;
+  plugin @1 :Text;               # an uploaded transform plugin
+  inputTopic @2 :Text;
+  outputTopics @3 :List(Text);   # 1 to 8; the plugin's topic-index picks one
+  start @4 :Int64;               # -2 earliest, -1 latest (default), else an offset
+  config @5 :List(ConfigEntry);
+}
+
+struct TransformStatus {
+  name @0 :Text;
+  plugin @1 :Text;
+  inputTopic @2 :Text;
+  outputTopics @3 :List(Text);
+  state @4 :Text;                # running, paused, or failed: <why>
+  partitions @5 :List(TransformPartition);
+}
+
+struct TransformPartition {
+  partition @0 :Int32;
+  nextOffset @1 :Int64;          # the next input offset to process
+  lag @2 :Int64;                 # input high watermark - nextOffset
+  processed @3 :UInt64;          # input records since the broker started
+  emitted @4 :UInt64;            # output records since the broker started
 }
 
 struct PluginSummary {

@@ -25,6 +25,7 @@
 
 pub mod batch;
 pub mod error_code;
+pub mod partitioner;
 pub mod varint;
 
 /// Generated from `schema/weir.capnp` by capnpc; do not edit (see `tests/schema.rs`).

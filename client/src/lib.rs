@@ -48,7 +48,10 @@ pub mod connection;
 pub mod consumer;
 pub mod error;
 pub mod group;
-pub mod partitioner;
+/// Kafka-compatible key partitioning (from `abi`, shared with the broker).
+pub mod partitioner {
+    pub use abi::partitioner::*;
+}
 pub mod plugins;
 pub mod producer;
 pub mod record;
@@ -64,6 +67,9 @@ pub use config::{Acks, CommonConfig, ConsumerConfig, OffsetReset, ProducerConfig
 pub use consumer::{Consumer, Offset};
 pub use error::ClientError;
 pub use group::RebalanceListener;
-pub use plugins::{Attach, PluginAttachment, PluginDescription, PluginLogLine};
+pub use plugins::{
+    Attach, PluginAttachment, PluginDescription, PluginLogLine, TransformPartition, TransformSpec, TransformStatus,
+    TRANSFORM_EARLIEST, TRANSFORM_LATEST,
+};
 pub use producer::{DeliveryFuture, Producer};
 pub use record::{ConsumerRecord, ProducerRecord, RecordMetadata};

@@ -230,3 +230,129 @@ impl Admin {
         .await
     }
 }
+
+/// A transform to deploy: a transform plugin run by the broker over every
+/// committed record of `input_topic`, producing to `output_topics` exactly once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransformSpec {
+    pub name: String,
+    pub plugin: String,
+    pub input_topic: String,
+    /// 1 to 8; the plugin's output topic index picks one per record.
+    pub output_topics: Vec<String>,
+    /// Where to start: [`TRANSFORM_EARLIEST`], [`TRANSFORM_LATEST`] or an offset.
+    pub start: i64,
+    pub config: Vec<(String, String)>,
+}
+
+/// Start (or replay) from each input partition's first record.
+pub const TRANSFORM_EARLIEST: i64 = -2;
+/// Start (or replay) from each input partition's end: new records only.
+pub const TRANSFORM_LATEST: i64 = -1;
+
+/// A deployed transform and its progress per input partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransformStatus {
+    pub name: String,
+    pub plugin: String,
+    pub input_topic: String,
+    pub output_topics: Vec<String>,
+    /// `running`, `paused`, `starting`, or `retrying: <why>`.
+    pub state: String,
+    pub partitions: Vec<TransformPartition>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransformPartition {
+    pub partition: i32,
+    /// The next input offset to process.
+    pub next_offset: i64,
+    /// Input high watermark minus `next_offset` (-1 unknown).
+    pub lag: i64,
+    /// Input records processed since the broker started.
+    pub processed: u64,
+    /// Output records produced since the broker started.
+    pub emitted: u64,
+}
+
+impl Admin {
+    /// Deploys a transform; its plugin's `init(config)` runs first and may refuse.
+    pub async fn deploy_transform(&self, spec: TransformSpec) -> Result<(), ClientError> {
+        self.with_admin("deploy transform", move |admin, address| async move {
+            let mut request = admin.deploy_transform_request();
+            let mut builder = request.get().init_spec();
+            builder.set_name(&spec.name[..]);
+            builder.set_plugin(&spec.plugin[..]);
+            builder.set_input_topic(&spec.input_topic[..]);
+            builder.set_start(spec.start);
+            let mut outputs = builder.reborrow().init_output_topics(spec.output_topics.len() as u32);
+            for (index, topic) in spec.output_topics.iter().enumerate() {
+                outputs.set(index as u32, &topic[..]);
+            }
+            let mut entries = builder.init_config(spec.config.len() as u32);
+            for (index, (key, value)) in spec.config.iter().enumerate() {
+                let mut entry = entries.reborrow().get(index as u32);
+                entry.set_key(&key[..]);
+                entry.set_value(&value[..]);
+            }
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            refused_or_ok!(response)
+        })
+        .await
+    }
+
+    pub async fn list_transforms(&self) -> Result<Vec<TransformStatus>, ClientError> {
+        self.with_admin("list transforms", move |admin, address| async move {
+            let response = admin
+                .list_transforms_request()
+                .send()
+                .promise
+                .await
+                .map_err(|error| ClientError::from_rpc(&address, error))?;
+            response
+                .get()?
+                .get_transforms()?
+                .iter()
+                .map(|transform| {
+                    Ok(TransformStatus {
+                        name: text(transform.get_name())?,
+                        plugin: text(transform.get_plugin())?,
+                        input_topic: text(transform.get_input_topic())?,
+                        output_topics: transform.get_output_topics()?.iter().map(text).collect::<Result<_, _>>()?,
+                        state: text(transform.get_state())?,
+                        partitions: transform
+                            .get_partitions()?
+                            .iter()
+                            .map(|partition| TransformPartition {
+                                partition: partition.get_partition(),
+                                next_offset: partition.get_next_offset(),
+                                lag: partition.get_lag(),
+                                processed: partition.get_processed(),
+                                emitted: partition.get_emitted(),
+                            })
+                            .collect(),
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// `pause`, `resume`, `delete`, or `replay` from `offset` (an offset of every
+    /// input partition, [`TRANSFORM_EARLIEST`] or [`TRANSFORM_LATEST`]).
+    pub async fn control_transform(&self, name: &str, action: &str, offset: i64) -> Result<(), ClientError> {
+        let (name, action) = (name.to_owned(), action.to_owned());
+        self.with_admin("control transform", move |admin, address| async move {
+            let mut request = admin.control_transform_request();
+            let mut params = request.get();
+            params.set_name(&name[..]);
+            params.set_action(&action[..]);
+            params.set_offset(offset);
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            refused_or_ok!(response)
+        })
+        .await
+    }
+}

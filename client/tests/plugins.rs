@@ -207,3 +207,121 @@ async fn hostile_plugins_fail_by_their_policy_and_other_topics_keep_working() {
     drop(producer);
     broker.stop().await;
 }
+
+/// Every record of every partition of `topics`, read until `count` or 20 s pass.
+async fn read_all(broker: &TestBroker, topics: &[(&str, i32)], count: usize) -> Vec<client::ConsumerRecord> {
+    let consumer = client::Consumer::new(broker.consumer_config()).unwrap();
+    let partitions: Vec<(String, i32)> = topics
+        .iter()
+        .flat_map(|(topic, partitions)| (0..*partitions).map(move |partition| (topic.to_string(), partition)))
+        .collect();
+    consumer.assign(&partitions).await.unwrap();
+    consumer.seek_all(Offset::Beginning).unwrap();
+    let mut records = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while records.len() < count && Instant::now() < deadline {
+        records.extend(consumer.poll(Duration::from_millis(200)).await.unwrap());
+    }
+    // Anything more than expected would show up here too.
+    records.extend(consumer.poll(Duration::from_millis(300)).await.unwrap());
+    records
+}
+
+fn event(index: usize) -> Vec<u8> {
+    let region = ["eu", "us", "ap"][index % 3];
+    match index % 5 {
+        4 => format!(r#"{{"n":{index}}}"#).into_bytes(), // no region: filtered out
+        _ => format!(r#"{{"n":{index},"region":"{region}"}}"#).into_bytes(),
+    }
+}
+
+fn expected_outputs(count: usize) -> usize {
+    (0..count).filter(|index| index % 5 != 4).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transform_routes_and_rekeys_exactly_once_across_a_restart() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("events", 2)).await.unwrap();
+    admin.create_topic(NewTopic::new("eu", 1)).await.unwrap();
+    admin.create_topic(NewTopic::new("elsewhere", 3)).await.unwrap();
+    admin.upload_plugin("route", "transform", wasm("route_transform")).await.unwrap();
+    let producer = fast_producer(&broker);
+    let mut sent = 0;
+    for _ in 0..300 {
+        let record = ProducerRecord::new("events", event(sent)).partition((sent % 2) as i32);
+        producer.send(record).await.unwrap();
+        sent += 1;
+    }
+    producer.flush().await;
+    let spec = |name: &str, config: &[(&str, &str)]| client::TransformSpec {
+        name: name.to_owned(),
+        plugin: "route".to_owned(),
+        input_topic: "events".to_owned(),
+        output_topics: vec!["eu".to_owned(), "elsewhere".to_owned()],
+        start: client::TRANSFORM_EARLIEST,
+        config: config.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect(),
+    };
+    assert_eq!(code_of(admin.deploy_transform(spec("route", &[("field", "region")])).await), ErrorCode::InvalidConfig);
+    admin.deploy_transform(spec("route", &[("field", "region"), ("match", "eu")])).await.unwrap();
+    assert_eq!(code_of(admin.delete_plugin("route").await), ErrorCode::PluginInUse);
+
+    // More input while it runs, then a restart in the middle of it.
+    for _ in 0..6000 {
+        let record = ProducerRecord::new("events", event(sent)).partition((sent % 2) as i32);
+        producer.send(record).await.unwrap();
+        sent += 1;
+    }
+    producer.flush().await;
+    drop(producer);
+    let before = admin.list_transforms().await.unwrap();
+    broker.stop().await;
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+
+    let outputs = read_all(&broker, &[("eu", 1), ("elsewhere", 3)], expected_outputs(sent)).await;
+    let mut seen: Vec<usize> = outputs
+        .iter()
+        .map(|record| {
+            let value: serde_json::Value = serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
+            let region = value["region"].as_str().unwrap().to_owned();
+            assert_eq!(record.key.as_deref(), Some(region.as_bytes()), "re-keyed by the field");
+            assert_eq!(record.topic.as_ref() == "eu", region == "eu", "routed by the field");
+            let partitions = if region == "eu" { 1 } else { 3 };
+            assert_eq!(record.partition as u32, client::partitioner::partition_for_key(region.as_bytes(), partitions));
+            value["n"].as_u64().unwrap() as usize
+        })
+        .collect();
+    seen.sort_unstable();
+    let expected: Vec<usize> = (0..sent).filter(|index| index % 5 != 4).collect();
+    let processed_before: u64 = before[0].partitions.iter().map(|partition| partition.processed).sum();
+    eprintln!("processed {processed_before} of {sent} input records before the restart");
+    assert!(processed_before > 0, "the transform was running before the restart: {before:?}");
+    assert_eq!(
+        seen.len(),
+        expected.len(),
+        "no duplicates, nothing lost (processed {processed_before} before the restart)"
+    );
+    assert_eq!(seen, expected);
+    let status = &admin.list_transforms().await.unwrap()[0];
+    assert_eq!(status.state, "running");
+    assert!(status.partitions.iter().all(|partition| partition.lag == 0), "{status:?}");
+
+    // Pause holds new input back; resume catches up; replay re-emits on purpose.
+    admin.control_transform("route", "pause", 0).await.unwrap();
+    let producer = fast_producer(&broker);
+    producer.send(ProducerRecord::new("events", event(0)).partition(0)).await.unwrap().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let paused = &admin.list_transforms().await.unwrap()[0];
+    assert_eq!((paused.state.as_str(), paused.partitions[0].lag), ("paused", 1));
+    admin.control_transform("route", "resume", 0).await.unwrap();
+    let again = read_all(&broker, &[("eu", 1), ("elsewhere", 3)], expected.len() + 1).await;
+    assert_eq!(again.len(), expected.len() + 1);
+    admin.control_transform("route", "delete", 0).await.unwrap();
+    assert!(admin.list_transforms().await.unwrap().is_empty());
+    admin.delete_plugin("route").await.unwrap();
+    drop(producer);
+    broker.stop().await;
+}

@@ -66,6 +66,7 @@ pub mod plugins;
 pub mod rpc;
 pub mod server;
 pub mod storage;
+pub mod transforms;
 
 pub use config::{BrokerConfig, BrokerConfigError, ConfigOverrides, Limits};
 pub use error::ApiError;

@@ -36,6 +36,7 @@ use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, Partition
 use crate::metadata_store::{MetadataError, MetadataStore, TopicRecord, PRODUCER_ID_BLOCK_SIZE};
 use crate::partition::{lock, Partition};
 use crate::plugins::{AttachmentSummary, FailurePolicy, PluginSummary, Plugins};
+use crate::transforms::{TransformSpec, TransformStatus, Transforms};
 use broker_core::group::assignor::TopicPartition as GroupPartition;
 use broker_core::group::coordinator::{
     CommitRequest, CoordinatorConfig, GroupDescription, GroupState, HeartbeatRequest, HeartbeatResponse,
@@ -211,6 +212,7 @@ pub struct Node {
     /// Set once by `open`.
     groups: Option<GroupCoordinators>,
     plugins: Plugins,
+    transforms: Transforms,
 }
 
 impl Node {
@@ -261,6 +263,8 @@ impl Node {
             producer_ids: Mutex::new(ProducerIdBlock::default()),
             groups: None,
             plugins: Plugins::open(&config.data_dir.join("plugins"), config.plugin_limits())
+                .map_err(|error| NodeError::Plugins(error.message))?,
+            transforms: Transforms::open(&config.data_dir.join("plugins").join("transforms"))
                 .map_err(|error| NodeError::Plugins(error.message))?,
         };
         node.groups = Some(node.load_group_coordinators()?);
@@ -506,7 +510,56 @@ impl Node {
     }
 
     pub fn delete_plugin(&self, name: &str) -> Result<(), ApiError> {
+        let users = self.transforms.uses_plugin(name);
+        if !users.is_empty() {
+            let message = format!("plugin {name:?} runs in transform(s) {users:?}; delete them first");
+            return Err(ApiError::new(ErrorCode::PluginInUse, message));
+        }
         self.plugins.delete(name)
+    }
+
+    /// Partitions of a topic.
+    pub fn partition_count(&self, topic: &str) -> Result<u32, ApiError> {
+        Ok(self.topic(topic)?.slots.len() as u32)
+    }
+
+    /// A fresh instance of a transform plugin (its `init` ran).
+    pub fn start_transform_plugin(
+        &self,
+        plugin: &str,
+        config: Vec<(String, String)>,
+    ) -> Result<plugin_host::Plugin, ApiError> {
+        self.plugins.start_transform(plugin, config)
+    }
+
+    /// Deploys a transform (see [`crate::transforms`]).
+    pub fn deploy_transform(self: &Arc<Self>, spec: TransformSpec) -> Result<(), ApiError> {
+        for topic in std::iter::once(&spec.input_topic).chain(&spec.output_topics) {
+            if is_internal(topic) {
+                return Err(ApiError::new(ErrorCode::InvalidTopic, format!("{topic:?} is an internal topic")));
+            }
+            self.topic(topic)?;
+        }
+        let partitions = self.partition_count(&spec.input_topic)? as i32;
+        self.transforms.deploy(self, spec, partitions)
+    }
+
+    pub fn list_transforms(&self) -> Vec<TransformStatus> {
+        self.transforms.list(self)
+    }
+
+    pub fn control_transform(&self, name: &str, action: &str, offset: i64) -> Result<(), ApiError> {
+        self.transforms.control(name, action, offset)
+    }
+
+    /// Stops the transforms' tasks (before the partitions close).
+    pub fn stop_transforms(&self) {
+        self.transforms.stop_all();
+    }
+
+    /// Starts the deployed transforms' tasks on `runtime` (the server does, at serve).
+    pub fn start_transforms(self: &Arc<Self>, runtime: tokio::runtime::Handle) {
+        self.transforms.start_all(self, runtime);
     }
 
     pub fn plugin_logs(&self, name: &str) -> Result<Vec<plugin_host::LogEntry>, ApiError> {

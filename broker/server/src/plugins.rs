@@ -198,7 +198,7 @@ fn plugin_failed(plugin: &str, error: &PluginError) -> ApiError {
     ApiError::new(ErrorCode::PluginFailed, format!("plugin {plugin:?}: {error}"))
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let temporary = path.with_extension("tmp");
     let mut file = std::fs::File::create(&temporary)?;
     file.write_all(bytes)?;
@@ -411,6 +411,18 @@ impl Plugins {
             }
         }
         Ok(())
+    }
+
+    /// A new instance of transform plugin `name`, `init`ed with `config`.
+    pub fn start_transform(&self, name: &str, config: Vec<(String, String)>) -> Result<Plugin, ApiError> {
+        let state = lock(&self.state);
+        let Some(stored) = state.plugins.get(name) else { return Err(not_found(name)) };
+        if stored.compiled.kind() != HookKind::Transform {
+            let message = format!("plugin {name:?} is a {}, not a transform", stored.record.hook);
+            return Err(ApiError::new(ErrorCode::InvalidPlugin, message));
+        }
+        Plugin::start(stored.compiled.clone(), config, stored.log.clone(), stored.metrics.clone())
+            .map_err(|error| ApiError::new(ErrorCode::InvalidConfig, error.to_string()))
     }
 
     pub fn logs(&self, name: &str) -> Result<Vec<LogEntry>, ApiError> {
@@ -696,7 +708,7 @@ fn summary(state: &State, name: &str) -> Option<PluginSummary> {
 
 /// A stored or produced batch as the contract's packed batch, read in place
 /// (checks the CRC, decompresses within bounds).
-fn pack_view(view: &BatchView<'_>, base_offset: i64) -> Result<PackedBatch, ApiError> {
+pub(crate) fn pack_view(view: &BatchView<'_>, base_offset: i64) -> Result<PackedBatch, ApiError> {
     let section = records_section(view, DECOMPRESSED_BYTES_MAX).map_err(corrupt)?;
     let count = usize::try_from(view.records_count()).unwrap_or(0);
     let base_timestamp = view.base_timestamp();

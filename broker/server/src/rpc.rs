@@ -797,6 +797,79 @@ impl admin::Server for AdminService {
         Ok(())
     }
 
+    async fn deploy_transform(
+        self: Rc<Self>,
+        params: admin::DeployTransformParams,
+        mut results: admin::DeployTransformResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let spec = {
+            let spec = params.get()?.get_spec()?;
+            crate::transforms::TransformSpec {
+                name: text(spec.get_name()?)?,
+                plugin: text(spec.get_plugin()?)?,
+                input_topic: text(spec.get_input_topic()?)?,
+                output_topics: spec.get_output_topics()?.iter().map(|topic| text(topic?)).collect::<Result<_, _>>()?,
+                start: spec.get_start(),
+                config: config_entries(spec.get_config()?)?,
+            }
+        };
+        let node = self.node.clone();
+        if let Err(api_error) = off_thread(move || node.deploy_transform(spec)).await {
+            set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
+    async fn list_transforms(
+        self: Rc<Self>,
+        _: admin::ListTransformsParams,
+        mut results: admin::ListTransformsResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let transforms = self.node.list_transforms();
+        let mut list = results.get().init_transforms(transforms.len() as u32);
+        for (index, transform) in transforms.iter().enumerate() {
+            let mut builder = list.reborrow().get(index as u32);
+            builder.set_name(&transform.name[..]);
+            builder.set_plugin(&transform.plugin[..]);
+            builder.set_input_topic(&transform.input_topic[..]);
+            builder.set_state(&transform.state[..]);
+            let mut outputs = builder.reborrow().init_output_topics(transform.output_topics.len() as u32);
+            for (position, topic) in transform.output_topics.iter().enumerate() {
+                outputs.set(position as u32, &topic[..]);
+            }
+            let mut partitions = builder.init_partitions(transform.partitions.len() as u32);
+            for (position, (partition, next_offset, lag, processed, emitted)) in transform.partitions.iter().enumerate()
+            {
+                let mut entry = partitions.reborrow().get(position as u32);
+                entry.set_partition(*partition);
+                entry.set_next_offset(*next_offset);
+                entry.set_lag(*lag);
+                entry.set_processed(*processed);
+                entry.set_emitted(*emitted);
+            }
+        }
+        Ok(())
+    }
+
+    async fn control_transform(
+        self: Rc<Self>,
+        params: admin::ControlTransformParams,
+        mut results: admin::ControlTransformResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let (name, action, offset) = {
+            let reader = params.get()?;
+            (text(reader.get_name()?)?, text(reader.get_action()?)?, reader.get_offset())
+        };
+        let node = self.node.clone();
+        if let Err(api_error) = off_thread(move || node.control_transform(&name, &action, offset)).await {
+            set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
     async fn list_attachments(
         self: Rc<Self>,
         params: admin::ListAttachmentsParams,

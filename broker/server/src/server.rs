@@ -111,6 +111,7 @@ impl Server {
             senders.push(sender);
             threads.push(thread);
         }
+        self.node.start_transforms(tokio::runtime::Handle::current());
         let connection_slots = Arc::new(Semaphore::new(self.limits.connections_max));
         let group_expiry = tokio::spawn({
             let node = self.node.clone();
@@ -153,6 +154,7 @@ impl Server {
         for thread in threads {
             let _ = thread.join();
         }
+        self.node.stop_transforms();
         self.node.shutdown();
         tracing::info!("stopped cleanly");
         Ok(())
