@@ -1,7 +1,8 @@
 //! `weir`: the one command for running a Weir broker and talking to it.
 //!
 //! Subcommands live in their own modules: `serve` (run the broker), `topic`,
-//! `group` and `plugin` (admin of topics, consumer groups and plugins), `produce` and `consume`
+//! `group`, `plugin` and `transform` (admin of topics, consumer groups, plugins
+//! and transform deployments), `produce` and `consume`
 //! (records over stdin/stdout), `bench`
 //! (throughput and latency next to the machine's loopback bandwidth) and
 //! `dump_log` (print the batches of a segment file). Client commands share
@@ -19,6 +20,7 @@ mod plugin;
 mod produce;
 mod serve;
 mod topic;
+mod transform;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,6 +52,11 @@ enum Command {
     Plugin {
         #[command(subcommand)]
         command: plugin::PluginCommand,
+    },
+    /// Deploy transform plugins over topics; list, describe, pause, resume, replay, delete them.
+    Transform {
+        #[command(subcommand)]
+        command: transform::TransformCommand,
     },
     /// List, describe (members, committed offsets, lag), reset and delete consumer groups.
     Group {
@@ -131,6 +138,7 @@ fn main() -> ExitCode {
         Command::Topic { command } => block_on(topic::run(command)),
         Command::Group { command } => block_on(group::run(command)),
         Command::Plugin { command } => block_on(plugin::run(command)),
+        Command::Transform { command } => block_on(transform::run(command)),
         Command::Produce(args) => block_on(produce::run(args)),
         Command::Consume(args) => {
             if let Err(problem) = args.check() {

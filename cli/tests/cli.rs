@@ -456,3 +456,76 @@ fn plugins_upload_attach_intercept_and_report_through_the_cli() {
     assert!(broker.ok(&["plugin", "logs", "redact"], "").contains("uploaded"));
     broker.stop();
 }
+
+#[test]
+fn a_transform_killed_mid_stream_produces_every_output_exactly_once() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = Broker::start(temp.path());
+    broker.ok(&["topic", "create", "events", "--partitions", "2"], "");
+    broker.ok(&["topic", "create", "eu"], "");
+    broker.ok(&["topic", "create", "elsewhere", "--partitions", "2"], "");
+    broker.ok(&["plugin", "upload", &plugin_file("route_transform"), "--name", "route"], "");
+    let regions = ["eu", "us", "ap"];
+    let input: String = (0..4000).map(|n| format!("{{\"n\":{n},\"region\":\"{}\"}}\n", regions[n % 3])).collect();
+    assert_eq!(broker.ok(&["produce", "events"], &input).trim(), "4000 record(s) acknowledged");
+    let deploy = [
+        "transform",
+        "deploy",
+        "route",
+        "--plugin",
+        "route",
+        "--input",
+        "events",
+        "--output",
+        "eu",
+        "--output",
+        "elsewhere",
+        "--from",
+        "earliest",
+        "--config",
+        "field=region",
+        "--config",
+        "match=eu",
+    ];
+    broker.ok(&deploy, "");
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    drop(broker); // SIGKILL, most likely mid-stream
+
+    let broker = Broker::start(temp.path());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let status = broker.json(&["transform", "describe", "route"]);
+        if status["lag"] == 0 && status["state"] == "running" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the transform did not catch up: {status}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let mut seen = Vec::new();
+    for (topic, partitions) in [("eu", 1), ("elsewhere", 2)] {
+        for partition in 0..partitions {
+            let out = broker.ok(
+                &[
+                    "consume",
+                    topic,
+                    "--partition",
+                    &partition.to_string(),
+                    "--offset",
+                    "beginning",
+                    "--timeout-ms",
+                    "1000",
+                ],
+                "",
+            );
+            for line in out.lines() {
+                let value: serde_json::Value = serde_json::from_str(line).unwrap();
+                assert_eq!(value["region"] == "eu", topic == "eu", "{topic}: {line}");
+                seen.push(value["n"].as_u64().unwrap());
+            }
+        }
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..4000).collect::<Vec<u64>>(), "every input once, none twice");
+    assert_eq!(broker.ok(&["transform", "delete", "route"], "").trim(), "deleted transform route");
+    broker.stop();
+}
