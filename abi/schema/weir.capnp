@@ -38,6 +38,15 @@ struct TopicMetadata {
   name @0 :Text;
   partitions @1 :List(PartitionMetadata);
   error @2 :Error;           # UnknownTopicOrPartition when asked for a missing topic
+  partitioner @3 :PartitionerRef;   # null: Kafka's key partitioning
+}
+
+# A partitioner plugin set on a topic: clients fetch the module by digest
+# (Admin.fetchPlugin) and run it for records without an explicit partition.
+struct PartitionerRef {
+  plugin @0 :Text;
+  digest @1 :Text;
+  config @2 :List(ConfigEntry);
 }
 
 struct Metadata {
@@ -79,9 +88,10 @@ interface Admin {
   listPlugins @10 () -> (plugins :List(PluginSummary));
   deletePlugin @11 (name :Text) -> (error :Error);       # refused while attached
   pluginLogs @12 (name :Text) -> (entries :List(PluginLogEntry), error :Error);
-  # Attaches an interceptor to a topic (hook: produce-interceptor or
-  # consume-interceptor); init(config) runs first and may refuse. Interceptors
-  # of a topic run in attach order. failurePolicy: fail-closed (default) or fail-open.
+  # Attaches a plugin to a topic (hook: produce-interceptor, consume-interceptor,
+  # or partitioner — one per topic, replacing the previous one); init(config)
+  # runs first and may refuse. Interceptors of a topic run in attach order.
+  # failurePolicy: fail-closed (default) or fail-open.
   attachPlugin @13 (topic :Text, hook :Text, plugin :Text, config :List(ConfigEntry), failurePolicy :Text) -> (error :Error);
   detachPlugin @14 (topic :Text, hook :Text, plugin :Text) -> (error :Error);
   listAttachments @15 (topic :Text) -> (attachments :List(PluginAttachment), error :Error);   # empty topic = all
@@ -96,6 +106,8 @@ interface Admin {
   # action: pause, resume, delete, or replay (from `offset`: -2 earliest, -1 latest,
   # else an offset of every input partition).
   controlTransform @18 (name :Text, action :Text, offset :Int64) -> (error :Error);
+  # The bytes of an uploaded plugin, by digest (clients run partitioners).
+  fetchPlugin @19 (digest :Text) -> (wasm :Data, error :Error);
 }
 
 struct TransformSpec {

@@ -75,7 +75,25 @@ pub enum TopicCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// List the interceptors attached to the topic.
+    /// Make a partitioner plugin choose the partitions of records sent to the
+    /// topic without an explicit partition (in every producer, every SDK).
+    SetPartitioner {
+        topic: String,
+        #[arg(long)]
+        plugin: String,
+        /// A setting for the plugin's init (repeatable).
+        #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
+        configs: Vec<(String, String)>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Go back to Kafka's key partitioning for the topic.
+    ClearPartitioner {
+        topic: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List the plugins attached to the topic (interceptors and partitioner).
     Interceptors {
         topic: String,
         #[command(flatten)]
@@ -137,6 +155,30 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             admin.detach_plugin(&topic, &hook, &plugin).await?;
             print(client.format, json!({"topic": topic, "detached": plugin, "hook": hook}), || {
                 format!("detached {plugin} from {topic}")
+            });
+        }
+        TopicCommand::SetPartitioner { topic, plugin, configs, client } => {
+            let attach = client::Attach {
+                topic: topic.clone(),
+                hook: "partitioner".to_owned(),
+                plugin: plugin.clone(),
+                config: configs,
+                failure_policy: String::new(),
+            };
+            Admin::new(client.common())?.attach_plugin(attach).await?;
+            print(client.format, json!({"topic": topic, "partitioner": plugin}), || {
+                format!("partitioner of {topic} is now {plugin}")
+            });
+        }
+        TopicCommand::ClearPartitioner { topic, client } => {
+            let admin = Admin::new(client.common())?;
+            let current = admin.list_attachments(Some(&topic)).await?;
+            let Some(partitioner) = current.iter().find(|attachment| attachment.hook == "partitioner") else {
+                anyhow::bail!("topic {topic:?} has no partitioner plugin");
+            };
+            admin.detach_plugin(&topic, "partitioner", &partitioner.plugin).await?;
+            print(client.format, json!({"topic": topic, "partitioner": null}), || {
+                format!("{topic} uses Kafka's key partitioning again")
             });
         }
         TopicCommand::Interceptors { topic, client } => {

@@ -50,11 +50,20 @@ impl BrokerInfo {
     }
 }
 
-/// A topic's partitions, by partition number.
+/// A topic's partitions, by partition number, and its partitioner plugin.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicInfo {
     pub name: String,
     pub partitions: Vec<PartitionInfo>,
+    pub partitioner: Option<PartitionerRef>,
+}
+
+/// A partitioner plugin set on a topic (the producer fetches it by digest).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PartitionerRef {
+    pub plugin: String,
+    pub digest: String,
+    pub config: Vec<(String, String)>,
 }
 
 #[derive(Debug, Default)]
@@ -165,7 +174,27 @@ impl Cluster {
                     }
                     let partitions =
                         topic.get_partitions()?.iter().map(read_partition_metadata).collect::<Result<_, _>>()?;
-                    found.push(TopicInfo { name, partitions });
+                    let partitioner = match topic.has_partitioner() {
+                        true => {
+                            let reader = topic.get_partitioner()?;
+                            Some(PartitionerRef {
+                                plugin: reader.get_plugin()?.to_str()?.to_owned(),
+                                digest: reader.get_digest()?.to_str()?.to_owned(),
+                                config: reader
+                                    .get_config()?
+                                    .iter()
+                                    .map(|entry| {
+                                        Ok((
+                                            entry.get_key()?.to_str()?.to_owned(),
+                                            entry.get_value()?.to_str()?.to_owned(),
+                                        ))
+                                    })
+                                    .collect::<Result<_, ClientError>>()?,
+                            })
+                        }
+                        false => None,
+                    };
+                    found.push(TopicInfo { name, partitions, partitioner });
                 }
                 Ok((brokers, found, missing))
             })

@@ -55,6 +55,7 @@ pub mod partitioner {
 pub mod plugins;
 pub mod producer;
 pub mod record;
+mod wasm_partitioner;
 
 pub use abi::batch::{BatchBuilder, Compression, RecordBatch};
 pub use abi::ErrorCode;
@@ -62,7 +63,7 @@ pub use admin::{
     Admin, ClusterDescription, CommittedOffset, GroupDescription, GroupListing, GroupMember, NewTopic, PartitionLag,
     TopicDescription,
 };
-pub use cluster::{BrokerInfo, Cluster, PartitionInfo, TopicInfo};
+pub use cluster::{BrokerInfo, Cluster, PartitionInfo, PartitionerRef, TopicInfo};
 pub use config::{Acks, CommonConfig, ConsumerConfig, OffsetReset, ProducerConfig, DEFAULT_BOOTSTRAP_SERVERS};
 pub use consumer::{Consumer, Offset};
 pub use error::ClientError;

@@ -356,3 +356,21 @@ impl Admin {
         .await
     }
 }
+
+impl Admin {
+    /// The uploaded bytes of a plugin, by digest.
+    pub async fn fetch_plugin(&self, digest: &str) -> Result<Vec<u8>, ClientError> {
+        let digest = digest.to_owned();
+        self.with_admin("fetch plugin", move |admin, address| async move {
+            let mut request = admin.fetch_plugin_request();
+            request.get().set_digest(&digest[..]);
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            if response.has_error() {
+                return Err(broker_error(response.get_error()?));
+            }
+            Ok(response.get_wasm()?.to_vec())
+        })
+        .await
+    }
+}

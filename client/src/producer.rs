@@ -79,6 +79,8 @@ struct Inner {
     wake: Notify,
     /// Wakes `send`s waiting for buffer space.
     space: Notify,
+    /// Partitioner plugins of the topics sent to.
+    partitioners: crate::wasm_partitioner::Partitioners,
 }
 
 #[derive(Debug, Default)]
@@ -179,6 +181,7 @@ impl Producer {
             state: Mutex::new(State::default()),
             wake: Notify::new(),
             space: Notify::new(),
+            partitioners: Default::default(),
         });
         tokio::spawn(run_sender(inner.clone()));
         Ok(Producer { _closer: Arc::new(CloseOnDrop(inner.clone())), inner })
@@ -191,8 +194,19 @@ impl Producer {
         let topic = self.topic_for_send(&record.topic, record.partition).await?;
         let headers: Vec<(&str, Option<&[u8]>)> =
             record.headers.iter().map(|(key, value)| (key.as_str(), value.as_deref())).collect();
+        let partition = match (record.partition, &topic.partitioner) {
+            (None, Some(reference)) => {
+                let plugin = self.partitioner(reference).await?;
+                let timestamp_ms = record.timestamp_ms.unwrap_or_else(now_ms);
+                let (key, value) = (record.key.as_deref(), record.value.as_deref());
+                let count = topic.partitions.len() as u32;
+                crate::wasm_partitioner::choose(&plugin, &topic.name, count, key, value, &headers, timestamp_ms)?
+                    .map(|partition| partition as i32)
+            }
+            (partition, _) => partition,
+        };
         let parts = RecordParts {
-            partition: record.partition,
+            partition,
             key: record.key.as_deref(),
             value: record.value.as_deref(),
             headers: &headers,
@@ -212,13 +226,32 @@ impl Producer {
         records: impl IntoIterator<Item = (Option<&'a [u8]>, Option<&'a [u8]>)>,
     ) -> Result<Vec<DeliveryFuture>, ClientError> {
         let topic = self.topic_for_send(topic, partition).await?;
+        let plugin = match (partition, &topic.partitioner) {
+            (None, Some(reference)) => Some(self.partitioner(reference).await?),
+            _ => None,
+        };
         let records = records.into_iter();
         let mut futures = Vec::with_capacity(records.size_hint().0);
+        let count = topic.partitions.len() as u32;
         for (key, value) in records {
-            let parts = RecordParts { partition, key, value, headers: &[], timestamp_ms: None };
+            let chosen = match &plugin {
+                Some(plugin) => crate::wasm_partitioner::choose(plugin, &topic.name, count, key, value, &[], now_ms())?
+                    .map(|partition| partition as i32),
+                None => partition,
+            };
+            let parts = RecordParts { partition: chosen, key, value, headers: &[], timestamp_ms: None };
             futures.push(self.enqueue(&topic, parts).await?);
         }
         Ok(futures)
+    }
+
+    /// The topic's partitioner plugin, loaded on first use.
+    async fn partitioner(
+        &self,
+        reference: &crate::cluster::PartitionerRef,
+    ) -> Result<Arc<Mutex<plugin_host::Plugin>>, ClientError> {
+        let inner = &self.inner;
+        inner.partitioners.get(&inner.cluster, inner.config.common.request_timeout, reference).await
     }
 
     /// The topic's metadata, checking that it has `partition`.

@@ -325,3 +325,36 @@ async fn a_transform_routes_and_rekeys_exactly_once_across_a_restart() {
     drop(producer);
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioner_plugin_places_records_in_every_producer() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("orders", 4)).await.unwrap();
+    admin.upload_plugin("regions", "partitioner", wasm("region_partitioner")).await.unwrap();
+    let refused = admin.attach_plugin(attach("orders", "partitioner", "regions", &[], "")).await;
+    assert_eq!(code_of(refused), ErrorCode::InvalidConfig, "no region settings");
+    let config = [("region.eu", "3"), ("region.us", "1")];
+    admin.attach_plugin(attach("orders", "partitioner", "regions", &config, "")).await.unwrap();
+    let producer = fast_producer(&broker);
+    let place = |key: &str| ProducerRecord::new("orders", b"v".to_vec()).key(key.as_bytes().to_vec());
+    for (key, expected) in [("eu:1", 3), ("us:7", 1), ("eu:2", 3)] {
+        let metadata = producer.send(place(key)).await.unwrap().await.unwrap();
+        assert_eq!(metadata.partition, expected, "{key}");
+    }
+    let other = producer.send(place("sa:9")).await.unwrap().await.unwrap();
+    assert_eq!(other.partition as u32, client::partitioner::partition_for_key(b"sa:9", 4), "the built-in choice");
+    let explicit = producer.send(place("eu:3").partition(0)).await.unwrap().await.unwrap();
+    assert_eq!(explicit.partition, 0, "an explicit partition wins");
+    // The bulk path (what the SDKs use) asks the plugin too.
+    let keys: Vec<&[u8]> = vec![b"us:1", b"eu:4"];
+    let futures =
+        producer.send_many("orders", None, keys.iter().map(|key| (Some(*key), Some(&b"v"[..])))).await.unwrap();
+    let mut placed = Vec::new();
+    for future in futures {
+        placed.push(future.await.unwrap().partition);
+    }
+    assert_eq!(placed, vec![1, 3]);
+    broker.stop().await;
+}

@@ -144,4 +144,75 @@ impl Admin {
         let admin = self.inner.clone();
         block(py, async move { admin.delete_group(&group_id).await })
     }
+
+    /// Uploads a plugin; returns its row (see `list_plugins`).
+    #[pyo3(signature = (name, wasm, hook=String::new()))]
+    fn upload_plugin(&self, py: Python<'_>, name: String, wasm: Vec<u8>, hook: String) -> PyResult<PluginRow> {
+        let admin = self.inner.clone();
+        let plugin = block(py, async move { admin.upload_plugin(&name, &hook, wasm).await })?;
+        Ok(plugin_row(plugin))
+    }
+
+    /// `[(name, hook, digest, size, uploaded ms, calls, errors, traps, busy ns, attached to)]`.
+    fn list_plugins(&self, py: Python<'_>) -> PyResult<Vec<PluginRow>> {
+        let admin = self.inner.clone();
+        Ok(block(py, async move { admin.list_plugins().await })?.into_iter().map(plugin_row).collect())
+    }
+
+    fn delete_plugin(&self, py: Python<'_>, name: String) -> PyResult<()> {
+        let admin = self.inner.clone();
+        block(py, async move { admin.delete_plugin(&name).await })
+    }
+
+    /// `[(unix ms, level, message)]`.
+    fn plugin_logs(&self, py: Python<'_>, name: String) -> PyResult<Vec<(i64, String, String)>> {
+        let admin = self.inner.clone();
+        let lines = block(py, async move { admin.plugin_logs(&name).await })?;
+        Ok(lines.into_iter().map(|line| (line.unix_ms, line.level, line.message)).collect())
+    }
+
+    /// Attaches a plugin to a topic (an interceptor, or the partitioner).
+    #[pyo3(signature = (topic, hook, plugin, config=None, failure_policy=String::new()))]
+    fn attach_plugin(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        hook: String,
+        plugin: String,
+        config: Option<HashMap<String, String>>,
+        failure_policy: String,
+    ) -> PyResult<()> {
+        let admin = self.inner.clone();
+        let attach = client::Attach {
+            topic,
+            hook,
+            plugin,
+            config: config.unwrap_or_default().into_iter().collect(),
+            failure_policy,
+        };
+        block(py, async move { admin.attach_plugin(attach).await })
+    }
+
+    fn detach_plugin(&self, py: Python<'_>, topic: String, hook: String, plugin: String) -> PyResult<()> {
+        let admin = self.inner.clone();
+        block(py, async move { admin.detach_plugin(&topic, &hook, &plugin).await })
+    }
+}
+
+/// (name, hook, digest, size bytes, uploaded ms, calls, errors, traps, busy ns, attached to).
+type PluginRow = (String, String, String, u64, i64, u64, u64, u64, u64, Vec<String>);
+
+fn plugin_row(plugin: client::PluginDescription) -> PluginRow {
+    (
+        plugin.name,
+        plugin.hook,
+        plugin.digest,
+        plugin.size_bytes,
+        plugin.uploaded_ms,
+        plugin.calls,
+        plugin.errors,
+        plugin.traps,
+        plugin.busy_nanos,
+        plugin.attached_to,
+    )
 }

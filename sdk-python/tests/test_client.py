@@ -3,6 +3,7 @@ partitioning equal to the Rust client's, a consumer group, typed errors."""
 
 import concurrent.futures
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 import weir
 
-from conftest import free_address
+from conftest import ROOT, free_address
 
 
 def test_round_trip_with_keys_landing_where_the_rust_client_puts_them(broker):
@@ -216,3 +217,25 @@ def test_ctrl_c_interrupts_a_blocking_poll(broker):
     out, _ = process.communicate(timeout=10)
     assert process.returncode == 0 and out.startswith("interrupted after"), out
     assert float(out.split()[2].rstrip("s")) < 5, "stopped within a wait slice, not after the 30 s poll"
+
+
+PLUGINS = pathlib.Path(os.environ.get("WEIR_PLUGIN_DIR", ROOT / "target" / "plugins" / "wasm32-wasip2" / "release"))
+
+
+def test_plugins_from_python_partition_like_every_other_client(broker):
+    admin = weir.Admin(broker)
+    admin.create_topics([weir.NewTopic("regional", num_partitions=4)])
+    uploaded = admin.upload_plugin("regions", str(PLUGINS / "region_partitioner.wasm"), hook="partitioner")
+    assert (uploaded.hook, len(uploaded.digest)) == ("partitioner", 64)
+    with pytest.raises(weir.InvalidPluginError):
+        admin.upload_plugin("wrong", str(PLUGINS / "region_partitioner.wasm"), hook="transform")
+    admin.set_partitioner("regional", "regions", {"region.eu": 3, "region.us": 1})
+    with weir.Producer(broker) as producer:
+        placed = [producer.produce("regional", b"v", key=key).result(timeout=10).partition
+                  for key in (b"eu:1", b"us:2", b"sa:3")]
+        bulk = producer.produce_many("regional", [b"v", b"v"], keys=[b"us:9", b"eu:9"]).results()
+    assert placed == [3, 1, weir.partition_for_key(b"sa:3", 4)], "the same places as the Rust client test"
+    assert [metadata.partition for metadata in bulk] == [1, 3]
+    assert admin.list_plugins()[0].attached_to == ["regional"]
+    with pytest.raises(weir.PluginInUseError):
+        admin.delete_plugins(["regions"])

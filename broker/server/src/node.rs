@@ -141,6 +141,8 @@ pub struct TopicInfo {
     pub name: String,
     pub partitions: Vec<PartitionInfo>,
     pub error: Option<ApiError>,
+    /// The partitioner plugin set on the topic: (plugin, digest, config).
+    pub partitioner: Option<(String, String, Vec<(String, String)>)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -518,6 +520,11 @@ impl Node {
         self.plugins.delete(name)
     }
 
+    /// The bytes of an uploaded plugin (clients fetch partitioners).
+    pub fn plugin_wasm(&self, digest: &str) -> Result<Vec<u8>, ApiError> {
+        self.plugins.wasm(digest)
+    }
+
     /// Partitions of a topic.
     pub fn partition_count(&self, topic: &str) -> Result<u32, ApiError> {
         Ok(self.topic(topic)?.slots.len() as u32)
@@ -686,6 +693,7 @@ impl Node {
                         name: name.clone(),
                         partitions: Vec::new(),
                         error: Some(ApiError::unknown_topic(name)),
+                        partitioner: None,
                     },
                 })
                 .collect()
@@ -694,7 +702,12 @@ impl Node {
     }
 
     fn topic_info(&self, name: &str, topic: &Topic) -> TopicInfo {
-        TopicInfo { name: name.to_owned(), partitions: self.partition_infos(topic), error: None }
+        TopicInfo {
+            name: name.to_owned(),
+            partitions: self.partition_infos(topic),
+            error: None,
+            partitioner: self.plugins.partitioner_of(name),
+        }
     }
 
     fn partition_infos(&self, topic: &Topic) -> Vec<PartitionInfo> {

@@ -440,11 +440,17 @@ impl Plugins {
         policy: FailurePolicy,
     ) -> Result<(), ApiError> {
         let hook = hook_name(hook)?;
-        if !matches!(hook, HookKind::ProduceInterceptor | HookKind::ConsumeInterceptor) {
-            let message = format!("only interceptors attach to topics; a {} does not", hook.name());
+        if hook == HookKind::Transform {
+            let message = "a transform is deployed (weir transform deploy), not attached to a topic";
             return Err(ApiError::new(ErrorCode::InvalidRequest, message));
         }
         let mut state = lock(&self.state);
+        if hook == HookKind::Partitioner {
+            // One partitioner per topic: setting one replaces the previous.
+            if let Some(list) = state.attachments.get_mut(topic) {
+                list.retain(|attachment| attachment.record.hook != HookKind::Partitioner.name());
+            }
+        }
         let Some(stored) = state.plugins.get(plugin) else { return Err(not_found(plugin)) };
         if stored.compiled.kind() != hook {
             let message = format!("plugin {plugin:?} is a {}, not a {}", stored.record.hook, hook.name());
@@ -516,6 +522,28 @@ impl Plugins {
                 status: attachment.status.clone(),
             })
             .collect()
+    }
+
+    /// The partitioner set on `topic`: (plugin, digest, config).
+    pub fn partitioner_of(&self, topic: &str) -> Option<(String, String, Vec<(String, String)>)> {
+        let state = lock(&self.state);
+        let attachment = state
+            .attachments
+            .get(topic)?
+            .iter()
+            .find(|attachment| attachment.record.hook == HookKind::Partitioner.name())?;
+        let stored = state.plugins.get(&attachment.record.plugin)?;
+        Some((attachment.record.plugin.clone(), stored.record.digest.clone(), attachment.record.config.clone()))
+    }
+
+    /// The uploaded bytes of a registered plugin, by digest.
+    pub fn wasm(&self, digest: &str) -> Result<Vec<u8>, ApiError> {
+        let known = lock(&self.state).plugins.values().any(|stored| stored.record.digest == digest);
+        if !known {
+            return Err(ApiError::new(ErrorCode::PluginNotFound, format!("no plugin with digest {digest:?}")));
+        }
+        let path = self.dir.join(format!("{digest}.wasm"));
+        std::fs::read(&path).map_err(|error| storage(&format!("read {}", path.display()), error))
     }
 
     /// The running interceptors of `hook` on `topic`, in attach order.

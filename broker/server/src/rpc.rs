@@ -233,6 +233,17 @@ impl broker::Server for BrokerService {
             let mut builder = topics.reborrow().get(index as u32);
             builder.set_name(&topic.name[..]);
             set_partitions(builder.reborrow().init_partitions(topic.partitions.len() as u32), &topic.partitions);
+            if let Some((plugin, digest, config)) = &topic.partitioner {
+                let mut partitioner = builder.reborrow().init_partitioner();
+                partitioner.set_plugin(&plugin[..]);
+                partitioner.set_digest(&digest[..]);
+                let mut entries = partitioner.init_config(config.len() as u32);
+                for (position, (key, value)) in config.iter().enumerate() {
+                    let mut entry = entries.reborrow().get(position as u32);
+                    entry.set_key(&key[..]);
+                    entry.set_value(&value[..]);
+                }
+            }
             if let Some(api_error) = &topic.error {
                 set_error(builder.init_error(), api_error);
             }
@@ -866,6 +877,21 @@ impl admin::Server for AdminService {
         let node = self.node.clone();
         if let Err(api_error) = off_thread(move || node.control_transform(&name, &action, offset)).await {
             set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
+    async fn fetch_plugin(
+        self: Rc<Self>,
+        params: admin::FetchPluginParams,
+        mut results: admin::FetchPluginResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let digest = text(params.get()?.get_digest()?)?;
+        let node = self.node.clone();
+        match off_thread(move || node.plugin_wasm(&digest)).await {
+            Ok(wasm) => results.get().set_wasm(&wasm),
+            Err(api_error) => set_error(results.get().init_error(), &api_error),
         }
         Ok(())
     }

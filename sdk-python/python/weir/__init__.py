@@ -45,6 +45,7 @@ __all__ = [
     "NewTopic",
     "PartitionInfo",
     "PartitionLag",
+    "PluginDescription",
     "Producer",
     "RecordMetadata",
     "TopicDescription",
@@ -500,8 +501,24 @@ class PartitionLag:
     owner: Optional[str]
 
 
+@dataclass(frozen=True)
+class PluginDescription:
+    """An uploaded plugin and its counters since the broker started."""
+
+    name: str
+    hook: str
+    digest: str
+    size_bytes: int
+    uploaded_ms: int
+    calls: int
+    errors: int
+    traps: int
+    busy_nanos: int
+    attached_to: list[str]
+
+
 class Admin:
-    """Topics and consumer groups.
+    """Topics, consumer groups and plugins.
 
         admin = weir.Admin("127.0.0.1:9292")
         admin.create_topics([weir.NewTopic("orders", num_partitions=6, config={"retention.ms": "86400000"})])
@@ -560,3 +577,39 @@ class Admin:
     def delete_groups(self, group_ids: Sequence[str]) -> None:
         for group_id in group_ids:
             self._native.delete_group(group_id)
+
+    def upload_plugin(self, name: str, wasm: "bytes | str", hook: str = "") -> PluginDescription:
+        """Uploads a plugin (the component's bytes, or a path to the ``.wasm``).
+        The broker checks it exports ``hook`` (empty: any) before storing it."""
+        if isinstance(wasm, str):
+            with open(wasm, "rb") as file:
+                wasm = file.read()
+        return PluginDescription(*self._native.upload_plugin(name, bytes(wasm), hook))
+
+    def list_plugins(self) -> list[PluginDescription]:
+        return [PluginDescription(*row) for row in self._native.list_plugins()]
+
+    def delete_plugins(self, names: Sequence[str]) -> None:
+        """Deletes plugins (refused while attached or deployed: :class:`PluginInUseError`)."""
+        for name in names:
+            self._native.delete_plugin(name)
+
+    def plugin_logs(self, name: str) -> list[tuple[int, str, str]]:
+        """``(unix ms, level, message)`` lines of the plugin's log."""
+        return self._native.plugin_logs(name)
+
+    def add_interceptor(self, topic: str, plugin: str, kind: str = "produce",
+                        config: Optional[Mapping[str, object]] = None, failure_policy: str = "fail-closed") -> None:
+        """Attaches a ``produce`` or ``consume`` interceptor; its ``init(config)`` may refuse."""
+        self._native.attach_plugin(topic, f"{kind}-interceptor", plugin,
+                                   {key: str(value) for key, value in (config or {}).items()}, failure_policy)
+
+    def remove_interceptor(self, topic: str, plugin: str, kind: str = "produce") -> None:
+        self._native.detach_plugin(topic, f"{kind}-interceptor", plugin)
+
+    def set_partitioner(self, topic: str, plugin: str, config: Optional[Mapping[str, object]] = None) -> None:
+        """Makes a partitioner plugin place records sent to ``topic`` without a
+        partition — in every producer, in every language (new producers, and
+        others when they refresh the topic's metadata)."""
+        self._native.attach_plugin(topic, "partitioner", plugin,
+                                   {key: str(value) for key, value in (config or {}).items()}, "")
