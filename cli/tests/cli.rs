@@ -49,10 +49,23 @@ struct Broker {
 
 impl Broker {
     fn start(data_dir: &Path) -> Broker {
+        Broker::start_with(data_dir, &[])
+    }
+
+    /// A broker whose plugin calls may run long: a loaded test machine must not
+    /// turn a slow call into a failure (deadlines have their own tests).
+    fn start_relaxed(data_dir: &Path) -> Broker {
+        let config = data_dir.with_extension("toml");
+        std::fs::write(&config, "[plugins]\ncall_deadline_ms = 2000\n").unwrap();
+        Broker::start_with(data_dir, &[std::ffi::OsStr::new("--config"), config.as_os_str()])
+    }
+
+    fn start_with(data_dir: &Path, extra: &[&std::ffi::OsStr]) -> Broker {
         let mut child = KillOnDrop(
             weir()
                 .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
                 .arg(data_dir)
+                .args(extra)
                 .env("RUST_LOG", "info")
                 .env_remove("WEIR_CONFIG")
                 .stdout(Stdio::piped())
@@ -421,7 +434,7 @@ fn plugin_file(name: &str) -> String {
 #[test]
 fn plugins_upload_attach_intercept_and_report_through_the_cli() {
     let temp = tempfile::tempdir().unwrap();
-    let broker = Broker::start(temp.path());
+    let broker = Broker::start_relaxed(&temp.path().join("data"));
     broker.ok(&["topic", "create", "events"], "");
     let uploaded = broker.ok(&["plugin", "upload", &plugin_file("json_validator"), "--name", "json"], "");
     assert!(uploaded.starts_with("uploaded plugin json (produce-interceptor, "), "{uploaded}");
@@ -460,7 +473,7 @@ fn plugins_upload_attach_intercept_and_report_through_the_cli() {
 #[test]
 fn a_transform_killed_mid_stream_produces_every_output_exactly_once() {
     let temp = tempfile::tempdir().unwrap();
-    let broker = Broker::start(temp.path());
+    let broker = Broker::start_relaxed(&temp.path().join("data"));
     broker.ok(&["topic", "create", "events", "--partitions", "2"], "");
     broker.ok(&["topic", "create", "eu"], "");
     broker.ok(&["topic", "create", "elsewhere", "--partitions", "2"], "");
@@ -491,7 +504,7 @@ fn a_transform_killed_mid_stream_produces_every_output_exactly_once() {
     std::thread::sleep(std::time::Duration::from_millis(150));
     drop(broker); // SIGKILL, most likely mid-stream
 
-    let broker = Broker::start(temp.path());
+    let broker = Broker::start_relaxed(&temp.path().join("data"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let status = broker.json(&["transform", "describe", "route"]);

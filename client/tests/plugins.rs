@@ -25,6 +25,12 @@ fn wasm(name: &str) -> Vec<u8> {
     })
 }
 
+/// A broker whose plugin calls may run long: a loaded test machine must not
+/// turn a slow call into a failure (deadlines have their own test).
+async fn relaxed_broker(data_dir: &std::path::Path) -> TestBroker {
+    TestBroker::start_with(data_dir, |config| config.plugins.call_deadline_ms = 2000).await
+}
+
 fn attach(topic: &str, hook: &str, plugin: &str, config: &[(&str, &str)], policy: &str) -> Attach {
     Attach {
         topic: topic.to_owned(),
@@ -61,7 +67,7 @@ async fn values(broker: &TestBroker, topic: &str, group: Option<&str>, count: us
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploads_are_validated_and_listed() {
     let temp = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(temp.path()).await;
+    let broker = relaxed_broker(temp.path()).await;
     let admin = Admin::new(broker.common()).unwrap();
     let uploaded = admin.upload_plugin("json", "produce-interceptor", wasm("json_validator")).await.unwrap();
     assert_eq!((uploaded.hook.as_str(), uploaded.digest.len()), ("produce-interceptor", 64));
@@ -91,7 +97,7 @@ async fn uploads_are_validated_and_listed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_produce_interceptor_rejects_bad_records_and_survives_a_restart() {
     let temp = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(temp.path()).await;
+    let broker = relaxed_broker(temp.path()).await;
     let admin = Admin::new(broker.common()).unwrap();
     admin.create_topic(NewTopic::new("orders", 1)).await.unwrap();
     admin.upload_plugin("json", "", wasm("json_validator")).await.unwrap();
@@ -121,7 +127,7 @@ async fn a_produce_interceptor_rejects_bad_records_and_survives_a_restart() {
     broker.stop().await;
 
     // Plugins and attachments come back with the broker (from the compiled cache).
-    let broker = TestBroker::start(temp.path()).await;
+    let broker = relaxed_broker(temp.path()).await;
     let admin = Admin::new(broker.common()).unwrap();
     assert_eq!(admin.list_plugins().await.unwrap()[0].attached_to, vec!["orders".to_owned()]);
     let producer = fast_producer(&broker);
@@ -137,7 +143,7 @@ async fn a_produce_interceptor_rejects_bad_records_and_survives_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consume_interceptor_redacts_per_group_without_changing_the_log() {
     let temp = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(temp.path()).await;
+    let broker = relaxed_broker(temp.path()).await;
     let admin = Admin::new(broker.common()).unwrap();
     admin.create_topic(NewTopic::new("payments", 1)).await.unwrap();
     let producer = fast_producer(&broker);
@@ -242,7 +248,7 @@ fn expected_outputs(count: usize) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transform_routes_and_rekeys_exactly_once_across_a_restart() {
     let temp = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(temp.path()).await;
+    let broker = relaxed_broker(temp.path()).await;
     let admin = Admin::new(broker.common()).unwrap();
     admin.create_topic(NewTopic::new("events", 2)).await.unwrap();
     admin.create_topic(NewTopic::new("eu", 1)).await.unwrap();
@@ -278,7 +284,7 @@ async fn a_transform_routes_and_rekeys_exactly_once_across_a_restart() {
     drop(producer);
     let before = admin.list_transforms().await.unwrap();
     broker.stop().await;
-    let broker = TestBroker::start(temp.path()).await;
+    let broker = relaxed_broker(temp.path()).await;
     let admin = Admin::new(broker.common()).unwrap();
 
     let outputs = read_all(&broker, &[("eu", 1), ("elsewhere", 3)], expected_outputs(sent)).await;
@@ -329,7 +335,7 @@ async fn a_transform_routes_and_rekeys_exactly_once_across_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioner_plugin_places_records_in_every_producer() {
     let temp = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(temp.path()).await;
+    let broker = relaxed_broker(temp.path()).await;
     let admin = Admin::new(broker.common()).unwrap();
     admin.create_topic(NewTopic::new("orders", 4)).await.unwrap();
     admin.upload_plugin("regions", "partitioner", wasm("region_partitioner")).await.unwrap();

@@ -79,6 +79,9 @@ impl HookKind {
 pub struct HostLimits {
     /// Longest one call (one batch) may run.
     pub call_deadline: Duration,
+    /// Longest `init` may run (instantiation included): it may build tables
+    /// from its configuration, and runs once per instance.
+    pub init_deadline: Duration,
     /// Cap on an instance's linear memories, together.
     pub memory_bytes: usize,
     /// Output records per call (replacements, transform output).
@@ -96,6 +99,7 @@ impl Default for HostLimits {
     fn default() -> HostLimits {
         HostLimits {
             call_deadline: Duration::from_millis(10),
+            init_deadline: Duration::from_secs(1),
             memory_bytes: 16 << 20,
             output_records_max: 100_000,
             output_bytes_max: 32 << 20,
@@ -485,7 +489,7 @@ impl Instance {
         let state = State { limits, log: log.clone() };
         let mut store = Store::new(&plugin.engine, state);
         store.limiter(|state| &mut state.limits);
-        store.set_epoch_deadline(deadline_ticks(&plugin.limits));
+        store.set_epoch_deadline((plugin.limits.init_deadline.as_nanos() / TICK.as_nanos()).max(1) as u64);
         let exports = match &plugin.pre {
             Pre::Partitioner(pre) => pre.instantiate(&mut store).map(Exports::Partitioner),
             Pre::ProduceInterceptor(pre) => pre.instantiate(&mut store).map(Exports::ProduceInterceptor),
@@ -606,7 +610,8 @@ impl Plugin {
         self.instance = None;
         self.metrics.instantiations.fetch_add(1, Ordering::Relaxed);
         let mut instance = Instance::new(&self.compiled, &self.log)?;
-        let info = instance.init(&self.config, deadline_ticks(&self.compiled.limits))?;
+        let init_ticks = (self.compiled.limits.init_deadline.as_nanos() / TICK.as_nanos()).max(1) as u64;
+        let info = instance.init(&self.config, init_ticks)?;
         self.instance = Some(instance);
         Ok(info)
     }

@@ -32,6 +32,12 @@ fn engine(limits: HostLimits) -> PluginEngine {
     PluginEngine::new(limits).unwrap()
 }
 
+/// Limits for tests that are not about deadlines: a loaded test machine must
+/// not turn a slow call into a failure.
+fn relaxed() -> HostLimits {
+    HostLimits { call_deadline: Duration::from_secs(2), ..HostLimits::default() }
+}
+
 fn compile(engine: &PluginEngine, name: &str) -> Arc<CompiledPlugin> {
     Arc::new(engine.compile(&wasm(name)).unwrap())
 }
@@ -65,7 +71,7 @@ fn keyed(keys: &[&str]) -> PackedBatch {
 
 #[test]
 fn the_json_validator_accepts_json_and_rejects_the_rest_with_reasons() {
-    let engine = engine(HostLimits::default());
+    let engine = engine(relaxed());
     let compiled = compile(&engine, "json_validator");
     assert_eq!(compiled.kind(), HookKind::ProduceInterceptor);
     let mut plugin = start(&compiled, &[]).unwrap();
@@ -90,7 +96,7 @@ fn the_json_validator_accepts_json_and_rejects_the_rest_with_reasons() {
 
 #[test]
 fn the_region_partitioner_routes_by_key_prefix() {
-    let engine = engine(HostLimits::default());
+    let engine = engine(relaxed());
     let compiled = compile(&engine, "region_partitioner");
     assert_eq!(compiled.kind(), HookKind::Partitioner);
     let mut plugin = start(&compiled, &[("region.eu", "0"), ("region.us", "1"), ("region.ap", "5")]).unwrap();
@@ -101,7 +107,7 @@ fn the_region_partitioner_routes_by_key_prefix() {
 
 #[test]
 fn the_redactor_hides_a_field_except_from_exempt_groups() {
-    let engine = engine(HostLimits::default());
+    let engine = engine(relaxed());
     let compiled = compile(&engine, "redact_field");
     let mut plugin = start(&compiled, &[("field", "card"), ("exempt-groups", "audit")]).unwrap();
     let mut input = batch(&[b"{\"card\":\"4111\",\"total\":3}", b"not json", b"{\"total\":4}"]);
@@ -121,7 +127,7 @@ fn the_redactor_hides_a_field_except_from_exempt_groups() {
 
 #[test]
 fn the_transform_filters_and_routes_with_new_keys() {
-    let engine = engine(HostLimits::default());
+    let engine = engine(relaxed());
     let compiled = compile(&engine, "route_transform");
     let mut plugin = start(&compiled, &[("field", "region"), ("match", "eu")]).unwrap();
     let mut input = batch(&[b"{\"region\":\"eu\",\"n\":1}", b"{\"n\":2}", b"{\"region\":\"us\"}", b"junk"]);
@@ -139,7 +145,7 @@ fn the_transform_filters_and_routes_with_new_keys() {
 #[test]
 fn an_infinite_loop_stops_within_twice_its_deadline() {
     let deadline = Duration::from_millis(50);
-    let engine = engine(HostLimits { call_deadline: deadline, ..HostLimits::default() });
+    let engine = engine(HostLimits { call_deadline: deadline, init_deadline: deadline, ..relaxed() });
     let compiled = compile(&engine, "hostile");
     let mut plugin = start(&compiled, &[("mode", "spin")]).unwrap();
     let mut fastest = Duration::MAX;
@@ -158,7 +164,7 @@ fn an_infinite_loop_stops_within_twice_its_deadline() {
 
 #[test]
 fn a_memory_bomb_traps_at_its_cap_and_a_panic_reaches_the_log() {
-    let engine = engine(HostLimits { memory_bytes: 8 << 20, ..HostLimits::default() });
+    let engine = engine(HostLimits { memory_bytes: 8 << 20, ..relaxed() });
     let compiled = compile(&engine, "hostile");
     let mut bomb = start(&compiled, &[("mode", "bomb")]).unwrap();
     match bomb.on_produce("t", 0, &mut batch(&[b"x"])) {
@@ -183,12 +189,7 @@ fn a_memory_bomb_traps_at_its_cap_and_a_panic_reaches_the_log() {
 
 #[test]
 fn contract_breaking_output_is_refused() {
-    let limits = HostLimits {
-        output_bytes_max: 4 << 20,
-        memory_bytes: 64 << 20,
-        call_deadline: Duration::from_secs(2),
-        ..HostLimits::default()
-    };
+    let limits = HostLimits { output_bytes_max: 4 << 20, memory_bytes: 64 << 20, ..relaxed() };
     let engine = engine(limits);
     let compiled = compile(&engine, "hostile");
     for (mode, expected) in [("garbage", "outside"), ("miscount", "verdicts for"), ("flood", "bytes of records")] {
@@ -203,7 +204,7 @@ fn contract_breaking_output_is_refused() {
 
 #[test]
 fn uploads_that_are_not_plugins_get_clear_errors() {
-    let engine = engine(HostLimits::default());
+    let engine = engine(relaxed());
     for (bytes, expected) in [
         (b"not wasm at all".to_vec(), "not a WebAssembly binary"),
         (b"\0asm\x01\0\0\0".to_vec(), "not a component"), // an empty core module
@@ -224,7 +225,7 @@ fn uploads_that_are_not_plugins_get_clear_errors() {
 
 #[test]
 fn compiled_artifacts_round_trip_through_the_cache_form() {
-    let engine = engine(HostLimits::default());
+    let engine = engine(relaxed());
     let compiled = compile(&engine, "json_validator");
     let bytes = compiled.serialize().unwrap();
     // SAFETY: the bytes were just serialized by this engine.

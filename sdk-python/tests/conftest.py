@@ -23,7 +23,11 @@ def free_address() -> str:
 @pytest.fixture
 def broker(tmp_path):
     address = free_address()
-    process = subprocess.Popen([WEIR, "serve", "--data-dir", str(tmp_path / "data"), "--listen", address],
+    # Plugin calls may run long on a loaded test machine (deadlines have their own tests).
+    config = tmp_path / "weir.toml"
+    config.write_text("[plugins]\ncall_deadline_ms = 2000\n")
+    process = subprocess.Popen([WEIR, "serve", "--data-dir", str(tmp_path / "data"), "--listen", address,
+                                "--config", str(config)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
     while True:

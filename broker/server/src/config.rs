@@ -233,6 +233,7 @@ impl BrokerConfig {
     pub fn plugin_limits(&self) -> plugin_host::HostLimits {
         plugin_host::HostLimits {
             call_deadline: std::time::Duration::from_millis(self.plugins.call_deadline_ms),
+            init_deadline: std::time::Duration::from_millis(self.plugins.call_deadline_ms.max(1000)),
             memory_bytes: self.plugins.memory_bytes_max,
             output_bytes_max: self.plugins.output_bytes_max,
             instances_max: self.plugins.instances_max,

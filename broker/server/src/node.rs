@@ -141,8 +141,8 @@ pub struct TopicInfo {
     pub name: String,
     pub partitions: Vec<PartitionInfo>,
     pub error: Option<ApiError>,
-    /// The partitioner plugin set on the topic: (plugin, digest, config).
-    pub partitioner: Option<(String, String, Vec<(String, String)>)>,
+    /// The partitioner plugin set on the topic.
+    pub partitioner: Option<crate::plugins::PartitionerSetting>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -112,6 +112,14 @@ struct Attachment {
     status: String,
 }
 
+/// A partitioner plugin set on a topic, as metadata names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionerSetting {
+    pub plugin: String,
+    pub digest: String,
+    pub config: Vec<(String, String)>,
+}
+
 /// A running interceptor: plugin name, policy, instance.
 type Interceptor = (String, FailurePolicy, Option<Arc<Mutex<Plugin>>>);
 
@@ -524,8 +532,8 @@ impl Plugins {
             .collect()
     }
 
-    /// The partitioner set on `topic`: (plugin, digest, config).
-    pub fn partitioner_of(&self, topic: &str) -> Option<(String, String, Vec<(String, String)>)> {
+    /// The partitioner set on `topic`.
+    pub fn partitioner_of(&self, topic: &str) -> Option<PartitionerSetting> {
         let state = lock(&self.state);
         let attachment = state
             .attachments
@@ -533,7 +541,11 @@ impl Plugins {
             .iter()
             .find(|attachment| attachment.record.hook == HookKind::Partitioner.name())?;
         let stored = state.plugins.get(&attachment.record.plugin)?;
-        Some((attachment.record.plugin.clone(), stored.record.digest.clone(), attachment.record.config.clone()))
+        Some(PartitionerSetting {
+            plugin: attachment.record.plugin.clone(),
+            digest: stored.record.digest.clone(),
+            config: attachment.record.config.clone(),
+        })
     }
 
     /// The uploaded bytes of a registered plugin, by digest.

@@ -233,12 +233,12 @@ impl broker::Server for BrokerService {
             let mut builder = topics.reborrow().get(index as u32);
             builder.set_name(&topic.name[..]);
             set_partitions(builder.reborrow().init_partitions(topic.partitions.len() as u32), &topic.partitions);
-            if let Some((plugin, digest, config)) = &topic.partitioner {
+            if let Some(setting) = &topic.partitioner {
                 let mut partitioner = builder.reborrow().init_partitioner();
-                partitioner.set_plugin(&plugin[..]);
-                partitioner.set_digest(&digest[..]);
-                let mut entries = partitioner.init_config(config.len() as u32);
-                for (position, (key, value)) in config.iter().enumerate() {
+                partitioner.set_plugin(&setting.plugin[..]);
+                partitioner.set_digest(&setting.digest[..]);
+                let mut entries = partitioner.init_config(setting.config.len() as u32);
+                for (position, (key, value)) in setting.config.iter().enumerate() {
                     let mut entry = entries.reborrow().get(position as u32);
                     entry.set_key(&key[..]);
                     entry.set_value(&value[..]);
