@@ -19,7 +19,7 @@ pub struct ProduceArgs {
     /// Split each line at the first SEP into key and value (lines without SEP have no key).
     #[arg(long, value_name = "SEP")]
     key_separator: Option<String>,
-    /// Send every record to this partition (default: by key hash, or spread).
+    /// Send every record to this partition (default: the topic's partitioner plugin if it has one, else by key hash, or spread).
     #[arg(long)]
     partition: Option<i32>,
     /// When a record counts as acknowledged: 0, 1 or all.
