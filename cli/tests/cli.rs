@@ -467,6 +467,16 @@ fn plugins_upload_attach_intercept_and_report_through_the_cli() {
     broker.ok(&["plugin", "delete", "json"], "");
     assert_eq!(broker.ok(&["plugin", "list", "--format", "json"], "").matches("\"name\"").count(), 1);
     assert!(broker.ok(&["plugin", "logs", "redact"], "").contains("uploaded"));
+
+    broker.ok(&["topic", "create", "orders", "--partitions", "3"], "");
+    broker.ok(&["plugin", "upload", &plugin_file("region_partitioner"), "--name", "regions"], "");
+    let set = ["topic", "set-partitioner", "orders", "--plugin", "regions", "--config", "region.eu=2"];
+    assert_eq!(broker.ok(&set, "").trim(), "partitioner of orders is now regions");
+    broker.ok(&["produce", "orders", "--key-separator", " "], "eu:1 first\neu:2 second\n");
+    let two = broker.ok(&["consume", "orders", "--partition", "2", "--offset", "beginning", "--timeout-ms", "500"], "");
+    assert_eq!(two.lines().collect::<Vec<_>>(), vec!["first", "second"], "both eu keys in partition 2");
+    broker.ok(&["topic", "clear-partitioner", "orders"], "");
+    assert!(broker.ok(&["topic", "interceptors", "orders"], "").trim().is_empty());
     broker.stop();
 }
 

@@ -364,3 +364,49 @@ async fn a_partitioner_plugin_places_records_in_every_producer() {
     assert_eq!(placed, vec![1, 3]);
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transform_outputs_follow_the_output_topics_partitioner_plugin() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = relaxed_broker(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("in", 1)).await.unwrap();
+    admin.create_topic(NewTopic::new("out", 4)).await.unwrap();
+    admin.upload_plugin("identity", "transform", wasm("identity_transform")).await.unwrap();
+    admin.upload_plugin("regions", "partitioner", wasm("region_partitioner")).await.unwrap();
+    admin.attach_plugin(attach("out", "partitioner", "regions", &[("region.eu", "3")], "")).await.unwrap();
+    let keys = ["eu:1", "eu:2", "eu:3", "us:1"];
+    assert!(
+        keys[..3].iter().any(|key| client::partitioner::partition_for_key(key.as_bytes(), 4) != 3),
+        "murmur2 alone would put some eu keys elsewhere"
+    );
+    let producer = fast_producer(&broker);
+    for key in keys {
+        producer
+            .send(ProducerRecord::new("in", b"v".to_vec()).key(key.as_bytes().to_vec()).partition(0))
+            .await
+            .unwrap();
+    }
+    producer.flush().await;
+    let spec = client::TransformSpec {
+        name: "copy".to_owned(),
+        plugin: "identity".to_owned(),
+        input_topic: "in".to_owned(),
+        output_topics: vec!["out".to_owned()],
+        start: client::TRANSFORM_EARLIEST,
+        config: Vec::new(),
+    };
+    admin.deploy_transform(spec).await.unwrap();
+    let outputs = read_all(&broker, &[("out", 4)], keys.len()).await;
+    assert_eq!(outputs.len(), keys.len());
+    for record in outputs {
+        let key = record.key.as_deref().unwrap();
+        let expected = match key.starts_with(b"eu:") {
+            true => 3,
+            false => client::partitioner::partition_for_key(key, 4) as i32,
+        };
+        assert_eq!(record.partition, expected, "{}", String::from_utf8_lossy(key));
+    }
+    drop(producer);
+    broker.stop().await;
+}

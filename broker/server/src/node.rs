@@ -525,6 +525,16 @@ impl Node {
         self.plugins.wasm(digest)
     }
 
+    /// The partition a topic's partitioner plugin picks for a record, if it has one.
+    pub fn plugin_partition(
+        &self,
+        topic: &str,
+        partition_count: u32,
+        record: &plugin_host::PackedRecord<'_>,
+    ) -> Result<Option<u32>, ApiError> {
+        self.plugins.partition(topic, partition_count, record)
+    }
+
     /// Partitions of a topic.
     pub fn partition_count(&self, topic: &str) -> Result<u32, ApiError> {
         Ok(self.topic(topic)?.slots.len() as u32)

@@ -548,6 +548,35 @@ impl Plugins {
         })
     }
 
+    /// The partition the topic's partitioner plugin picks for a record
+    /// (`None`: no plugin, or it leaves the choice to Kafka's key partitioning).
+    /// Transforms place their outputs with it, as producers do.
+    pub fn partition(
+        &self,
+        topic: &str,
+        partition_count: u32,
+        record: &plugin_host::PackedRecord<'_>,
+    ) -> Result<Option<u32>, ApiError> {
+        let runner = {
+            let state = lock(&self.state);
+            let Some(list) = state.attachments.get(topic) else { return Ok(None) };
+            let partitioner = list.iter().find(|attachment| attachment.record.hook == HookKind::Partitioner.name());
+            match partitioner {
+                None => return Ok(None),
+                Some(attachment) => (attachment.record.plugin.clone(), attachment.runner.clone()),
+            }
+        };
+        let (plugin, Some(runner)) = runner else {
+            return Err(ApiError::new(ErrorCode::PluginFailed, format!("partitioner of {topic:?} is not running")));
+        };
+        let mut batch = PackedBatch::new(-1, record.timestamp_ms);
+        batch.push(0, record.timestamp_ms, record.key, record.value, record.headers.iter().copied());
+        let chosen = lock(&runner)
+            .partition(topic, partition_count, &mut batch)
+            .map_err(|error| plugin_failed(&plugin, &error))?;
+        Ok(chosen.into_iter().next().flatten())
+    }
+
     /// The uploaded bytes of a registered plugin, by digest.
     pub fn wasm(&self, digest: &str) -> Result<Vec<u8>, ApiError> {
         let known = lock(&self.state).plugins.values().any(|stored| stored.record.digest == digest);

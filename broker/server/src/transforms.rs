@@ -11,10 +11,10 @@
 //! deterministic (no clock or randomness), so it produces the same batches with
 //! the same sequence numbers, which the broker recognises as duplicates.
 //!
-//! Output partitions come from the output topic's key partitioning (Kafka
-//! murmur2 of the output key), so a transform can re-key records; records
-//! without a key go to the input partition's number modulo the output's
-//! partition count.
+//! Output partitions come from the output topic's partitioner: its partitioner
+//! plugin if it has one, else Kafka murmur2 of the output key — so a transform
+//! can re-key records; records without a key (and no plugin's choice) go to the
+//! input partition's number modulo the output's partition count.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -484,9 +484,10 @@ impl PartitionTask {
         for (record, topic_index) in outputs.iter().zip(&outcome.topic_index) {
             let topic = &self.record.output_topics[usize::from(*topic_index)];
             let partitions = self.node.partition_count(topic)?;
-            let partition = match record.key {
-                Some(key) => abi::partitioner::partition_for_key(key, partitions) as i32,
-                None => self.partition % partitions as i32,
+            let partition = match (self.node.plugin_partition(topic, partitions, record)?, record.key) {
+                (Some(partition), _) => partition as i32,
+                (None, Some(key)) => abi::partitioner::partition_for_key(key, partitions) as i32,
+                (None, None) => self.partition % partitions as i32,
             };
             let headers: Vec<(&str, Option<&[u8]>)> = record.headers.clone();
             batches
