@@ -123,6 +123,12 @@ async fn a_produce_interceptor_rejects_bad_records_and_survives_a_restart() {
     assert_eq!(send(&producer, "orders", br#"{"id":2}"#).await.unwrap(), 1, "nothing was appended for the rejection");
     let attachments = admin.list_attachments(Some("orders")).await.unwrap();
     assert_eq!((attachments.len(), attachments[0].status.as_str()), (1, "running"));
+    // A batch the plugin accepts but whose CRC is wrong is still refused.
+    let mut corrupt = support::batch_of(1_000, &[br#"{"id":9}"#]);
+    corrupt[abi::batch::field::CRC] ^= 0xff;
+    let connection = broker.connect().await;
+    let refused = support::produce_raw(&connection, "orders", 0, corrupt).await;
+    assert_eq!(code_of(refused), ErrorCode::CorruptMessage);
     drop(producer);
     broker.stop().await;
 

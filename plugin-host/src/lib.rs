@@ -449,6 +449,14 @@ pub struct TransformOutcome {
     pub topic_index: Vec<u8>,
 }
 
+/// What a verdict does to an input record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Choice {
+    Keep,
+    Replace,
+    Drop,
+}
+
 /// A failure inside a call, before it is reported.
 enum CallError {
     Trap(String),
@@ -696,6 +704,39 @@ impl Plugin {
         Ok(packed)
     }
 
+    /// The input with replacements swapped in and dropped records left out;
+    /// every record keeps its input offset delta. Checks the replacements:
+    /// well-formed, within limits, one per `Replace`.
+    fn merge(
+        &self,
+        batch: &PackedBatch,
+        replacements: types::Batch,
+        choices: Vec<Choice>,
+    ) -> Result<PackedBatch, PluginError> {
+        let replaced = choices.iter().filter(|choice| **choice == Choice::Replace).count();
+        let replacements = self.unpack(replacements).map_err(|error| self.bad(error))?;
+        let replacement_records = replacements.records().map_err(|error| self.bad(PluginError::BadOutput(error)))?;
+        if replacement_records.len() != replaced {
+            return Err(self.bad(PluginError::BadOutput(format!(
+                "{} replacements for {replaced} replace verdicts",
+                replacement_records.len()
+            ))));
+        }
+        let originals = batch.records().map_err(|error| self.bad(PluginError::BadOutput(error)))?;
+        let mut merged = PackedBatch::new(batch.base_offset, batch.base_timestamp_ms);
+        let mut replacement_records = replacement_records.into_iter();
+        for (original, choice) in originals.into_iter().zip(choices) {
+            let delta = original.offset_delta;
+            let record = match choice {
+                Choice::Keep => original,
+                Choice::Replace => replacement_records.next().unwrap_or(original),
+                Choice::Drop => continue,
+            };
+            merged.push(delta, record.timestamp_ms, record.key, record.value, record.headers.iter().copied());
+        }
+        Ok(merged)
+    }
+
     fn bad(&self, error: PluginError) -> PluginError {
         self.metrics.errors.fetch_add(1, Ordering::Relaxed);
         self.log.push("error", format!("host: {error}"));
@@ -790,24 +831,11 @@ impl Plugin {
         if replaced == 0 {
             return Ok(ProduceOutcome::Accept);
         }
-        let replacements = self.unpack(verdicts.replacements).map_err(|error| self.bad(error))?;
-        let replacement_records = replacements.records().map_err(|error| self.bad(PluginError::BadOutput(error)))?;
-        if replacement_records.len() != replaced {
-            return Err(self.bad(PluginError::BadOutput(format!(
-                "{} replacements for {replaced} replace verdicts",
-                replacement_records.len()
-            ))));
-        }
-        let originals = batch.records().map_err(|error| self.bad(PluginError::BadOutput(error)))?;
-        let mut rewritten = PackedBatch::new(batch.base_offset, batch.base_timestamp_ms);
-        let mut replacement_records = replacement_records.into_iter();
-        for (at, original) in originals.into_iter().enumerate() {
-            let record = match verdicts.actions[at] {
-                Action::Replace => replacement_records.next().unwrap_or(original),
-                _ => original,
-            };
-            rewritten.push(at as u32, record.timestamp_ms, record.key, record.value, record.headers.iter().copied());
-        }
+        let choices = verdicts.actions.iter().map(|action| match action {
+            Action::Replace => Choice::Replace,
+            _ => Choice::Keep,
+        });
+        let rewritten = self.merge(batch, verdicts.replacements, choices.collect())?;
         Ok(ProduceOutcome::Rewrite(rewritten))
     }
 
@@ -848,34 +876,12 @@ impl Plugin {
         if verdicts.actions.iter().all(|action| *action == Action::Accept) {
             return Ok(ConsumeOutcome::Accept);
         }
-        let replaced = verdicts.actions.iter().filter(|action| **action == Action::Replace).count();
-        let replacements = self.unpack(verdicts.replacements).map_err(|error| self.bad(error))?;
-        let replacement_records = replacements.records().map_err(|error| self.bad(PluginError::BadOutput(error)))?;
-        if replacement_records.len() != replaced {
-            return Err(self.bad(PluginError::BadOutput(format!(
-                "{} replacements for {replaced} replace verdicts",
-                replacement_records.len()
-            ))));
-        }
-        let originals = batch.records().map_err(|error| self.bad(PluginError::BadOutput(error)))?;
-        // Kept records keep their offsets: deltas come from the input.
-        let originals_deltas: Vec<u32> = originals.iter().map(|record| record.offset_delta).collect();
-        let mut rewritten = PackedBatch::new(batch.base_offset, batch.base_timestamp_ms);
-        let mut replacement_records = replacement_records.into_iter();
-        for (at, original) in originals.into_iter().enumerate() {
-            let record = match verdicts.actions[at] {
-                Action::Accept => original,
-                Action::Replace => replacement_records.next().unwrap_or(original),
-                Action::Drop => continue,
-            };
-            rewritten.push(
-                originals_deltas[at],
-                record.timestamp_ms,
-                record.key,
-                record.value,
-                record.headers.iter().copied(),
-            );
-        }
+        let choices = verdicts.actions.iter().map(|action| match action {
+            Action::Accept => Choice::Keep,
+            Action::Replace => Choice::Replace,
+            Action::Drop => Choice::Drop,
+        });
+        let rewritten = self.merge(batch, verdicts.replacements, choices.collect())?;
         Ok(ConsumeOutcome::Rewrite(rewritten))
     }
 

@@ -35,6 +35,18 @@ pub fn records_section<'a>(batch: &BatchView<'a>, decompressed_bytes_max: usize)
     compression::decompress(compression, &batch.as_bytes()[BATCH_HEADER_BYTES..], decompressed_bytes_max)
 }
 
+/// [`records_section`] without the CRC check, for a caller that checks the
+/// batch's CRC on another step of the same path (the broker's append does; a
+/// rewrite decodes with [`RecordBatch::decode`](super::RecordBatch::decode),
+/// which checks it) and must not pay for it twice.
+pub fn records_section_unverified<'a>(
+    batch: &BatchView<'a>,
+    decompressed_bytes_max: usize,
+) -> Result<Cow<'a, [u8]>, BatchError> {
+    let compression = batch.attributes().compression()?;
+    compression::decompress(compression, &batch.as_bytes()[BATCH_HEADER_BYTES..], decompressed_bytes_max)
+}
+
 /// Iterates the records of a records section; see the module docs.
 #[derive(Clone, Debug)]
 pub struct RecordRefs<'a> {

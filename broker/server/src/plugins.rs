@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use abi::batch::{
-    records_section, Attributes, BatchView, Header, Record, RecordBatch, RecordRefs, DECOMPRESSED_BYTES_MAX,
+    records_section_unverified, Attributes, BatchView, Header, Record, RecordBatch, RecordRefs, DECOMPRESSED_BYTES_MAX,
 };
 use abi::ErrorCode;
 use plugin_host::{
@@ -776,9 +776,12 @@ fn summary(state: &State, name: &str) -> Option<PluginSummary> {
 }
 
 /// A stored or produced batch as the contract's packed batch, read in place
-/// (checks the CRC, decompresses within bounds).
+/// (decompressed within bounds). The CRC is not checked here: a produced batch
+/// is checked by the append, a stored one was checked when appended, and a
+/// rewrite decodes the original with `RecordBatch::decode`, which checks it —
+/// so a corrupt batch never gains a fresh CRC.
 pub(crate) fn pack_view(view: &BatchView<'_>, base_offset: i64) -> Result<PackedBatch, ApiError> {
-    let section = records_section(view, DECOMPRESSED_BYTES_MAX).map_err(corrupt)?;
+    let section = records_section_unverified(view, DECOMPRESSED_BYTES_MAX).map_err(corrupt)?;
     let count = usize::try_from(view.records_count()).unwrap_or(0);
     let base_timestamp = view.base_timestamp();
     let mut packed = PackedBatch::new(base_offset, base_timestamp);
