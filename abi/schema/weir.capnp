@@ -175,7 +175,9 @@ enum Acks {
 
 struct ProduceRequest {
   topic @0 :Text;
-  partition @1 :Int32;
+  partition @1 :Int32;   # -1: the broker places each record (the topic's partitioner
+                         # plugin, else Kafka murmur2 of the key, else one partition
+                         # per request, round robin); not for idempotent batches
   acks @2 :Acks;
   timeoutMs @3 :UInt32;
   batches @4 :Data;      # one or more RecordBatch v2, back to back
@@ -186,6 +188,12 @@ struct ProduceResponse {
   logAppendTimeMs @1 :Int64; # -1 unless the topic uses LogAppendTime
   logStartOffset @2 :Int64;
   error @3 :Error;
+  placed @4 :List(RecordPlacement);   # partition -1 requests: where each record went, in order
+}
+
+struct RecordPlacement {
+  partition @0 :Int32;
+  offset @1 :Int64;          # -1 with acks=none
 }
 
 # ---- fetch ----

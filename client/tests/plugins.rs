@@ -416,3 +416,75 @@ async fn transform_outputs_follow_the_output_topics_partitioner_plugin() {
     drop(producer);
     broker.stop().await;
 }
+
+/// A raw produce with `partition = -1`: where the broker placed each record.
+async fn produce_anywhere(
+    broker: &TestBroker,
+    topic: &str,
+    batch: Vec<u8>,
+) -> Result<Vec<(i32, i64)>, client::ClientError> {
+    let connection = broker.connect().await;
+    let address = connection.address().to_owned();
+    let topic = topic.to_owned();
+    connection
+        .call(move |client: abi::weir_capnp::broker::Client| async move {
+            let mut request = client.produce_request();
+            let mut builder = request.get().init_request();
+            builder.set_topic(&topic[..]);
+            builder.set_partition(-1);
+            builder.set_acks(abi::weir_capnp::Acks::All);
+            builder.set_batches(&batch);
+            let response = request.send().promise.await.map_err(|error| support::rpc_error(&address, error))?;
+            let response = response.get()?.get_response()?;
+            if response.has_error() {
+                let error = response.get_error()?;
+                let code = ErrorCode::from_u16(error.get_code()).unwrap();
+                let message = error.get_message()?.to_str()?.to_owned();
+                return Err(client::ClientError::Broker { code, message });
+            }
+            Ok(response.get_placed()?.iter().map(|placed| (placed.get_partition(), placed.get_offset())).collect())
+        })
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_places_records_like_producers_when_asked() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = relaxed_broker(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("orders", 4)).await.unwrap();
+    let keys: [&[u8]; 4] = [b"eu:1", b"us:2", b"eu:3", b"sa:4"];
+    let batch = |keys: &[&[u8]]| {
+        let mut builder = client::BatchBuilder::new(1_000);
+        for key in keys {
+            builder.push(1_000, Some(key), Some(b"v"), &[]);
+        }
+        builder.encode()
+    };
+    // Without a plugin: Kafka's key partitioning, as producers do it.
+    let placed = produce_anywhere(&broker, "orders", batch(&keys)).await.unwrap();
+    let expected: Vec<i32> = keys.iter().map(|key| client::partitioner::partition_for_key(key, 4) as i32).collect();
+    assert_eq!(placed.iter().map(|(partition, _)| *partition).collect::<Vec<_>>(), expected);
+    // With the topic's partitioner plugin: the same choices a producer makes.
+    admin.upload_plugin("regions", "partitioner", wasm("region_partitioner")).await.unwrap();
+    admin
+        .attach_plugin(attach("orders", "partitioner", "regions", &[("region.eu", "2"), ("region.us", "0")], ""))
+        .await
+        .unwrap();
+    let placed = produce_anywhere(&broker, "orders", batch(&keys)).await.unwrap();
+    let producer = fast_producer(&broker);
+    for ((key, (partition, offset)), position) in keys.iter().zip(&placed).zip(0..) {
+        let sent = producer.send(ProducerRecord::new("orders", b"v".to_vec()).key(key.to_vec())).await.unwrap();
+        assert_eq!(sent.await.unwrap().partition, *partition, "record {position}: broker and producer agree");
+        assert!(*offset >= 0);
+    }
+    assert_eq!(placed[0].0, 2);
+    assert_eq!(placed[0].1 + 1, placed[2].1, "records of a partition keep their order");
+    // Idempotent batches keep their partition.
+    let idempotent = client::BatchBuilder::new(1_000).producer(7, 0, 0);
+    let mut idempotent = idempotent;
+    idempotent.push(1_000, None, Some(b"v"), &[]);
+    assert_eq!(code_of(produce_anywhere(&broker, "orders", idempotent.encode()).await), ErrorCode::InvalidRequest);
+    drop(producer);
+    broker.stop().await;
+}

@@ -83,6 +83,10 @@ pub struct Produced {
     pub log_start_offset: i64,
 }
 
+/// Where the broker placed each record of a `partition = -1` produce, in order:
+/// (partition, offset; -1 with `acks=none`).
+pub type Placements = Vec<(i32, i64)>;
+
 #[derive(Clone, Copy, Debug)]
 pub struct FetchRequest<'a> {
     pub topic: &'a str,
@@ -215,6 +219,8 @@ pub struct Node {
     groups: Option<GroupCoordinators>,
     plugins: Plugins,
     transforms: Transforms,
+    /// Picks the partition of keyless records in `partition = -1` produces.
+    round_robin: std::sync::atomic::AtomicU64,
 }
 
 impl Node {
@@ -268,6 +274,7 @@ impl Node {
                 .map_err(|error| NodeError::Plugins(error.message))?,
             transforms: Transforms::open(&config.data_dir.join("plugins").join("transforms"))
                 .map_err(|error| NodeError::Plugins(error.message))?,
+            round_robin: std::sync::atomic::AtomicU64::new(0),
         };
         node.groups = Some(node.load_group_coordinators()?);
         Ok(node)
@@ -745,6 +752,67 @@ impl Node {
             return Err(ApiError::unknown_partition(topic_name, partition, count));
         }
         Ok((topic, partition as usize))
+    }
+
+    /// A produce that leaves the partitions to the broker (`partition = -1`):
+    /// each record goes where the topic's partitioner plugin says, else to
+    /// Kafka's murmur2 partition of its key, else (no key) to one partition per
+    /// request in round-robin order — the choices a producer makes. Records are
+    /// regrouped into one batch per partition and appended like any produce.
+    pub async fn produce_placed(&self, request: ProduceRequest) -> Result<(Produced, Placements), ApiError> {
+        let count = self.partition_count(&request.topic)?;
+        let corrupt = |error: abi::batch::BatchError| ApiError::new(ErrorCode::CorruptMessage, error.to_string());
+        let keyless = (self.round_robin.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % count as u64) as i32;
+        let mut groups: BTreeMap<i32, Vec<abi::batch::RecordBatch>> = BTreeMap::new();
+        let mut order = Vec::new();
+        for view in abi::BatchIter::new(&request.batches) {
+            let view = view.map_err(corrupt)?;
+            if view.producer_id() >= 0 {
+                let message =
+                    "an idempotent batch needs an explicit partition (its sequence numbers are per partition)";
+                return Err(ApiError::new(ErrorCode::InvalidRequest, message));
+            }
+            let batch = abi::batch::RecordBatch::decode(view.as_bytes()).map_err(corrupt)?;
+            let packed = crate::plugins::pack_view(&view, -1)?;
+            let records = packed.records().map_err(|error| ApiError::new(ErrorCode::CorruptMessage, error))?;
+            for (record, decoded) in records.iter().zip(&batch.records) {
+                let partition = match (self.plugin_partition(&request.topic, count, record)?, record.key) {
+                    (Some(partition), _) => partition as i32,
+                    (None, Some(key)) => abi::partitioner::partition_for_key(key, count) as i32,
+                    (None, None) => keyless,
+                };
+                let group = groups.entry(partition).or_default();
+                if group.last().is_none_or(|last| last.base_timestamp != batch.base_timestamp) {
+                    group.push(abi::batch::RecordBatch { records: Vec::new(), ..batch.clone() });
+                }
+                let target = group.last_mut().expect("pushed above");
+                let mut decoded = decoded.clone();
+                decoded.offset_delta = target.records.len() as i32;
+                target.records.push(decoded);
+                order.push((partition, group.iter().map(|batch| batch.records.len()).sum::<usize>() - 1));
+            }
+        }
+        let mut base_offsets = BTreeMap::new();
+        let mut log_start_offset = -1;
+        for (partition, batches) in groups {
+            let mut bytes = Vec::new();
+            for mut batch in batches {
+                batch.last_offset_delta = batch.records.len() as i32 - 1;
+                batch.encode_into(&mut bytes).map_err(corrupt)?;
+            }
+            let single = ProduceRequest { partition, batches: bytes, ..request.clone() };
+            let produced = self.produce(single).await?;
+            log_start_offset = produced.log_start_offset;
+            base_offsets.insert(partition, produced.base_offset);
+        }
+        let placed = order
+            .into_iter()
+            .map(|(partition, index)| {
+                let base = base_offsets.get(&partition).copied().unwrap_or(-1);
+                (partition, if base < 0 { -1 } else { base + index as i64 })
+            })
+            .collect();
+        Ok((Produced { base_offset: -1, log_start_offset }, placed))
     }
 
     /// Appends the request's batches and answers as `acks` asks.

@@ -282,13 +282,22 @@ impl broker::Server for BrokerService {
             }
         };
         drop(params);
-        let outcome = self.node.produce(request).await;
+        let outcome = match request.partition {
+            -1 => self.node.produce_placed(request).await,
+            _ => self.node.produce(request).await.map(|produced| (produced, Vec::new())),
+        };
         let mut response = results.get().init_response();
         match outcome {
-            Ok(produced) => {
+            Ok((produced, placed)) => {
                 response.set_base_offset(produced.base_offset);
                 response.set_log_start_offset(produced.log_start_offset);
                 response.set_log_append_time_ms(-1);
+                let mut list = response.init_placed(placed.len() as u32);
+                for (index, (partition, offset)) in placed.iter().enumerate() {
+                    let mut entry = list.reborrow().get(index as u32);
+                    entry.set_partition(*partition);
+                    entry.set_offset(*offset);
+                }
             }
             Err(api_error) => {
                 response.set_base_offset(-1);
