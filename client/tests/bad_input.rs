@@ -214,7 +214,7 @@ async fn unknown_topics_partitions_and_offsets_are_refused() {
     let connection = broker.connect().await;
     produce_raw(&connection, "two", 1, batch_of(1_000, &[b"a", b"b"])).await.unwrap();
 
-    for (topic, partition) in [("missing", 0), ("two", 2), ("two", -1), ("two", i32::MAX)] {
+    for (topic, partition) in [("missing", 0), ("two", 2), ("two", -2), ("two", i32::MAX)] {
         let what = format!("{topic}-{partition}");
         let produced = produce_raw(&connection, topic, partition, batch_of(1_000, &[b"x"])).await;
         assert_eq!(code_of(produced), ErrorCode::UnknownTopicOrPartition, "produce to {what}");
