@@ -7,8 +7,12 @@
 //!    while more than `buffer_bytes_max` is unacknowledged, and appends the record
 //!    to the partition's open batch — encoded at once ([`BatchWriter`]), so a
 //!    record is copied once. It returns a [`DeliveryFuture`].
-//! 2. A batch closes when the next record would pass `batch_bytes_max`, when it
-//!    is `linger` old, or on `flush`/`close`.
+//! 2. A batch closes when the next record would pass `batch_bytes_max`, or —
+//!    once its partition has no request in flight — when it is `linger` old or
+//!    on `flush`/`close`. While a request is in flight the open batch keeps
+//!    taking records, so with a linger shorter than the round trip each round
+//!    trip carries one batch of everything sent meanwhile (as Kafka's
+//!    accumulator does), not one batch per record.
 //! 3. The sender task sends the oldest closed batch of each partition, one batch
 //!    in flight per partition, so per-partition order holds even across retries.
 //!    Only then is the batch's base sequence assigned (idempotence) and the
@@ -120,6 +124,28 @@ struct PartitionQueue {
     ready: VecDeque<Batch>,
     in_flight: bool,
     next_sequence: i32,
+}
+
+impl PartitionQueue {
+    /// Closes the open batch (moves it to `ready`) once it may go: the partition
+    /// is free (`!blocked`), nothing older waits, and it is `linger` old (or
+    /// everything is being drained). Until then it keeps taking records, up to
+    /// `batch_bytes_max`: while a request is in flight everything sent meanwhile
+    /// joins one batch, so a linger shorter than the round trip does not turn
+    /// into one batch per record. `finish_batch` wakes the sender when the
+    /// partition is free again. Returns when the open batch falls due, if that is
+    /// still ahead.
+    fn close_open_batch(&mut self, blocked: bool, linger: Duration, drain_all: bool, now: Instant) -> Option<Instant> {
+        if blocked || !self.ready.is_empty() {
+            return None;
+        }
+        let due = self.open.as_ref()?.created + linger;
+        if drain_all || due <= now {
+            self.ready.extend(self.open.take());
+            return None;
+        }
+        Some(due)
+    }
 }
 
 #[derive(Debug)]
@@ -425,15 +451,11 @@ impl Inner {
         let mut sendable = Vec::new();
         let mut next_due: Option<Instant> = None;
         for (topic_partition, queue) in state.queues.iter_mut() {
-            if let Some(open) = &queue.open {
-                let due = open.created + linger;
-                if drain_all || due <= now {
-                    queue.ready.extend(queue.open.take());
-                } else {
-                    next_due = Some(next_due.map_or(due, |next| next.min(due)));
-                }
+            let blocked = queue.in_flight || (idempotent && producer.is_none());
+            if let Some(due) = queue.close_open_batch(blocked, linger, drain_all, now) {
+                next_due = Some(next_due.map_or(due, |next| next.min(due)));
             }
-            if queue.in_flight || (idempotent && producer.is_none()) {
+            if blocked {
                 continue;
             }
             if let Some(batch) = queue.ready.pop_front() {
@@ -762,6 +784,39 @@ mod tests {
         for error in in_doubt {
             assert!(matches!(sequence_repair(&error, FIELDS), SequenceRepair::NewProducerId(_)), "{error}");
         }
+    }
+
+    fn open_batch(created: Instant) -> Batch {
+        Batch { id: 1, writer: BatchWriter::new(0, 1024), created, buffered_bytes: 0, outcome: watch::channel(None).0 }
+    }
+
+    #[test]
+    fn an_open_batch_waits_for_its_partition_to_be_free() {
+        let now = Instant::now();
+        let mut queue = PartitionQueue { open: Some(open_batch(now)), ..PartitionQueue::default() };
+        // linger 0 but a request in flight: the batch stays open for more records.
+        assert_eq!(queue.close_open_batch(true, Duration::ZERO, false, now), None);
+        assert!(queue.open.is_some() && queue.ready.is_empty());
+        // Free again: it closes at once.
+        assert_eq!(queue.close_open_batch(false, Duration::ZERO, false, now), None);
+        assert!(queue.open.is_none() && queue.ready.len() == 1);
+    }
+
+    #[test]
+    fn an_open_batch_closes_after_linger_behind_older_batches() {
+        let now = Instant::now();
+        let linger = Duration::from_millis(5);
+        let mut queue = PartitionQueue { open: Some(open_batch(now)), ..PartitionQueue::default() };
+        assert_eq!(queue.close_open_batch(false, linger, false, now), Some(now + linger));
+        assert!(queue.open.is_some());
+        // A full batch waiting in `ready` goes first; the open one keeps filling.
+        queue.ready.push_back(open_batch(now));
+        assert_eq!(queue.close_open_batch(false, linger, true, now + linger), None);
+        assert_eq!(queue.ready.len(), 1);
+        queue.ready.clear();
+        // Draining (flush/close) closes it before its linger.
+        assert_eq!(queue.close_open_batch(false, linger, true, now), None);
+        assert!(queue.open.is_none() && queue.ready.len() == 1);
     }
 
     #[test]
