@@ -192,6 +192,15 @@ fn micros(value: Option<f64>) -> String {
     }
 }
 
+/// A ratio with two decimals, or as a fraction when that would print 0.0x.
+fn ratio_text(ratio: f64) -> String {
+    if ratio > 0.0 && ratio < 0.095 {
+        format!("1/{:.0}", 1.0 / ratio)
+    } else {
+        format!("{ratio:.2}")
+    }
+}
+
 /// Who leads, for a Weir ÷ peer ratio of `headline`.
 fn verdict(ratio: f64, headline: Headline) -> &'static str {
     let weir_better = match headline {
@@ -407,7 +416,7 @@ fn render_workload(out: &mut String, report: &Report, summaries: &BTreeMap<Key, 
             };
             out.push('\n');
             for (label, ratio, verdict) in lines {
-                let _ = writeln!(out, "- {label} = **{ratio:.2}** ({what}): {verdict}");
+                let _ = writeln!(out, "- {label} = **{}** ({what}): {verdict}", ratio_text(ratio));
             }
         }
         out.push('\n');
@@ -490,5 +499,7 @@ mod tests {
         assert_eq!(verdict(2.0, Headline::LatencyP50), "Weir trails");
         assert_eq!(verdict(1.02, Headline::Throughput), "even (within 5%)");
         assert_eq!(median(&mut [3.0, 1.0, 2.0, 10.0]), 2.5);
+        assert_eq!(ratio_text(1.234), "1.23");
+        assert_eq!(ratio_text(0.02), "1/50");
     }
 }
