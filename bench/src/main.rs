@@ -120,17 +120,28 @@ struct RunArgs {
     no_pin: bool,
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Command::Report { results, out } => {
-            let text = std::fs::read_to_string(&results).with_context(|| format!("read {}", results.display()))?;
-            let report: Report = serde_json::from_str(&text).with_context(|| format!("parse {}", results.display()))?;
-            let out = out.unwrap_or_else(|| results.parent().unwrap_or(Path::new(".")).to_path_buf());
-            write_report(&report, &out)?;
-            Ok(())
-        }
+/// Exit codes as `weir`'s: 0 success, 1 a failure (the message on stderr), 2 bad usage.
+fn main() -> std::process::ExitCode {
+    let result = match Cli::parse().command {
+        Command::Report { results, out } => rerender(&results, out),
         Command::Run(args) => run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
+}
+
+fn rerender(results: &Path, out: Option<PathBuf>) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(results).with_context(|| format!("read {}", results.display()))?;
+    let report: Report = serde_json::from_str(&text).with_context(|| format!("parse {}", results.display()))?;
+    let out = out.unwrap_or_else(|| results.parent().unwrap_or(Path::new(".")).to_path_buf());
+    let path = write_report(&report, &out)?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
 }
 
 struct Paths {
@@ -299,8 +310,13 @@ fn tempdir_in(parent: &Path) -> anyhow::Result<PathBuf> {
 
 fn today_utc() -> String {
     let days = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
+    civil_date(days as i64)
+}
+
+/// `YYYY-MM-DD` of a day counted from 1970-01-01 (the days-from-civil inverse
+/// published by Howard Hinnant).
+fn civil_date(days: i64) -> String {
+    let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
     let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
@@ -656,8 +672,11 @@ mod tests {
 
     #[test]
     fn civil_dates() {
+        assert_eq!(civil_date(0), "1970-01-01");
+        assert_eq!(civil_date(59), "1970-03-01");
+        assert_eq!(civil_date(11_016), "2000-02-29");
+        assert_eq!(civil_date(20_788), "2026-12-01");
         assert_eq!(today_utc().len(), 10);
-        assert!(today_utc().starts_with("20"));
     }
 
     #[test]
