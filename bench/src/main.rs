@@ -244,7 +244,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let launch = Launch { work_dir: work_dir.clone(), cpus: server_cpus };
     let result = runtime.block_on(run_all(&args, &paths, &launch, settings, &workloads));
-    let _ = std::fs::remove_dir_all(&work_dir);
+    let failed = !result.as_ref().is_ok_and(|(runs, _)| runs.iter().all(|run| run.error.is_none()));
+    clean_work_dir(&work_dir, failed);
     let (runs, versions) = result?;
 
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -298,6 +299,21 @@ fn write_report(report: &Report, out: &Path) -> anyhow::Result<PathBuf> {
     let path = out.join(format!("{}.md", report.date));
     std::fs::write(&path, report::render_markdown(report, &plots))?;
     Ok(path)
+}
+
+/// Deletes the servers' data; after a failure keeps their logs and configs (the
+/// errors point at them).
+fn clean_work_dir(dir: &Path, keep_logs: bool) {
+    if !keep_logs {
+        let _ = std::fs::remove_dir_all(dir);
+        return;
+    }
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.path().is_dir() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    eprintln!("server logs kept in {}", dir.display());
 }
 
 /// A fresh directory under `parent`, named by time and pid.
