@@ -240,7 +240,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         (servers, harness, pinning)
     };
     // Threads started from here on (the runtime's, librdkafka's) inherit this.
-    server::pin_current_thread(&harness_cpus);
+    anyhow::ensure!(
+        server::pin_current_thread(&harness_cpus),
+        "could not pin the load generator to CPU {harness_cpus:?}"
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let launch = Launch { work_dir: work_dir.clone(), cpus: server_cpus };
     let result = runtime.block_on(run_all(&args, &paths, &launch, settings, &workloads));
@@ -599,6 +602,9 @@ async fn run_one(
     let result = tokio::time::timeout(budget, measure_one(fleet, variant, workload, &topic, settings))
         .await
         .unwrap_or_else(|_| Err(anyhow::anyhow!("did not finish within {} s", budget.as_secs())));
+    // Let deferred work of the cleanup (Kafka deletes a topic's files a second
+    // later) finish before the next system's warm-up.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let result = result.and_then(|measurement| {
         // A run that moved nothing measured nothing: a failure, not a zero.
         anyhow::ensure!(measurement.records > 0, "no record was acknowledged or read in the window");

@@ -91,7 +91,10 @@ pub struct Summary {
     pub p99_us: Option<f64>,
     pub p999_us: Option<f64>,
     pub cpu_seconds_per_gb: f64,
+    pub generator_cpu_seconds_per_gb: f64,
     pub peak_rss_mib: f64,
+    /// Some round did not keep up with the fixed rate: no ratio from it.
+    pub overloaded: bool,
     pub notes: Vec<String>,
 }
 
@@ -157,6 +160,8 @@ fn summarize(runs: &[&Run]) -> Summary {
         p99_us: latency(|p| p.p99),
         p999_us: latency(|p| p.p999),
         cpu_seconds_per_gb: median(&mut collect(|m| m.cpu_seconds_per_gb)),
+        generator_cpu_seconds_per_gb: median(&mut collect(|m| m.generator_cpu_seconds_per_gb)),
+        overloaded: measured.iter().any(|m| m.overloaded),
         peak_rss_mib: collect(|m| m.server_peak_rss_bytes as f64 / (1024.0 * 1024.0)).into_iter().fold(0.0, f64::max),
         notes,
     }
@@ -223,8 +228,13 @@ pub fn ratios(
     durability: Durability,
 ) -> Vec<(String, f64, &'static str)> {
     let headline = workload.headline();
-    let get =
-        |system: &str| summaries.get(&(workload, durability, system.to_owned())).and_then(|s| s.headline(headline));
+    // A system that did not keep up with a fixed rate has no latency *at* that rate.
+    let get = |system: &str| {
+        summaries
+            .get(&(workload, durability, system.to_owned()))
+            .filter(|summary| !summary.overloaded)
+            .and_then(|summary| summary.headline(headline))
+    };
     let mut lines = Vec::new();
     let Some(weir) = get("weir") else { return lines };
     for system in report.systems() {
@@ -334,8 +344,13 @@ write reached the OS (Weir `flush.policy=interval`, Kafka's default, NATS's defa
 `flush.messages=1`, a NATS server with `sync_interval: always`). Producers: Weir and Kafka `acks=1` without \
 idempotence for page cache, `acks=all` with idempotence for fsync (one broker: all = the leader), linger 5 ms \
 (0 at a fixed rate and for round trips), 1 MiB batches, no compression; NATS publishes asynchronously and awaits \
-each PubAck. At most 4096 records unacknowledged per max-ingest producer (512 per durable-ingest producer: 4096 in all). CPU is the server process's user + system time \
-inside the measurement window per GB moved; RSS is the server's peak resident set during the workload.\n\n";
+each PubAck. Requests in flight: Weir one per partition, Kafka 5 per connection (the Java client's default), NATS up to \
+the records in flight. At most 4096 records unacknowledged per max-ingest producer (512 per durable-ingest producer: 4096 in \
+all). Server CPU is the server process's user + system time inside the measurement window per GB moved; load generator CPU \
+is the harness process's (the system's client library plus the harness) in the same window. Peak RSS is the server's \
+highest resident set over the rounds (Kafka's includes the 1 GiB heap it is started with, `-Xms1g`). At a fixed rate a \
+system that does not keep up is marked and gets no ratio (its latency is queueing). The machine limits are measured \
+before pinning, with both CPUs.\n\n";
 
 fn render_limits(out: &mut String, limits: &Limits) {
     let _ = writeln!(out, "## Machine limits (measured at the start of this run)\n");
@@ -386,9 +401,9 @@ fn render_workload(out: &mut String, report: &Report, summaries: &BTreeMap<Key, 
         let _ = writeln!(out, "### {}\n", durability.label());
         let _ = writeln!(
             out,
-            "| system | MB/s [range] | records/s | {latency_kind} p50 | p99 | p99.9 | server CPU-s/GB | peak RSS | notes |"
+            "| system | MB/s [range] | records/s | {latency_kind} p50 | p99 | p99.9 | server CPU-s/GB | load generator CPU-s/GB | peak RSS | notes |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
         for (system, summary) in rows {
             let range = if summary.rounds > 1 {
                 format!(" [{}–{}]", figure(summary.mb_per_second_min), figure(summary.mb_per_second_max))
@@ -397,13 +412,14 @@ fn render_workload(out: &mut String, report: &Report, summaries: &BTreeMap<Key, 
             };
             let _ = writeln!(
                 out,
-                "| {system} | {}{range} | {} | {} | {} | {} | {} | {:.0} MiB | {} |",
+                "| {system} | {}{range} | {} | {} | {} | {} | {} | {} | {:.0} MiB | {} |",
                 figure(summary.mb_per_second),
                 figure(summary.records_per_second),
                 micros(summary.p50_us),
                 micros(summary.p99_us),
                 micros(summary.p999_us),
                 figure(summary.cpu_seconds_per_gb),
+                figure(summary.generator_cpu_seconds_per_gb),
                 summary.peak_rss_mib,
                 summary.notes.join("; ")
             );
@@ -491,6 +507,15 @@ mod tests {
         let markdown = render_markdown(&report, &[]);
         assert!(markdown.contains("| weir | 200 [100–300] |"), "{markdown}");
         assert!(markdown.contains("Not run: no cluster"), "{markdown}");
+    }
+
+    #[test]
+    fn an_overloaded_system_gets_no_ratio() {
+        let mut kafka = run("kafka", 1, 10.0, 900.0);
+        kafka.measurement.as_mut().expect("measured").overloaded = true;
+        let report = report(vec![run("weir", 1, 20.0, 300.0), kafka]);
+        let summaries = report.summaries();
+        assert!(ratios(&report, &summaries, WorkloadId::MaxIngest, Durability::PageCache).is_empty());
     }
 
     #[test]

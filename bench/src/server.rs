@@ -49,8 +49,11 @@ impl Launch {
         unsafe {
             command.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                pin_current_thread(&cpus);
-                Ok(())
+                if pin_current_thread(&cpus) {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
             });
         }
         let child = command.spawn().with_context(|| format!("start {name}: {command:?}"))?;
@@ -98,7 +101,7 @@ impl Launch {
     /// A single-node Kafka (combined broker + controller, KRaft) from the jars in
     /// `kafka_home/libs`, formatted fresh.
     pub fn kafka(&self, kafka_home: &Path, template: &Path) -> anyhow::Result<Server> {
-        let (port, controller_port) = (free_port()?, free_port()?);
+        let (port, controller_port) = two_free_ports()?;
         let logs = self.data_dir("kafka-data")?;
         let properties = fs::read_to_string(template)
             .with_context(|| format!("read {}", template.display()))?
@@ -154,10 +157,11 @@ fn kafka_cluster_id() -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// Pins the calling thread (and the threads it starts later) to `cpus`.
-pub fn pin_current_thread(cpus: &[usize]) {
+/// Pins the calling thread (and the threads it starts later) to `cpus`; false if
+/// the kernel refused.
+pub fn pin_current_thread(cpus: &[usize]) -> bool {
     if cpus.is_empty() {
-        return;
+        return true;
     }
     // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; the call reads it.
     unsafe {
@@ -165,12 +169,19 @@ pub fn pin_current_thread(cpus: &[usize]) {
         for cpu in cpus {
             libc::CPU_SET(*cpu, &mut set);
         }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
     }
 }
 
 fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Two distinct free ports (both held while the second is chosen).
+fn two_free_ports() -> anyhow::Result<(u16, u16)> {
+    let first = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let second = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok((first.local_addr()?.port(), second.local_addr()?.port()))
 }
 
 impl Server {

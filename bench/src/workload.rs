@@ -42,7 +42,7 @@ pub enum WorkloadId {
     SmallRecords,
     /// 4. Durable ingest: fsync before ack, many producers (group commit).
     DurableIngest,
-    /// 5. Catch-up read of the topic's history from offset 0.
+    /// 5. Catch-up read of the topic's history from offset 0 (page cache hot).
     CatchUp,
     /// 6. One-record round trip (produce -> ack), one in flight.
     RoundTrip,
@@ -87,7 +87,7 @@ impl WorkloadId {
             WorkloadId::FixedRate => "End-to-end latency at a fixed rate, 16 partitions, 1 KiB",
             WorkloadId::SmallRecords => "Small records, 100 B, max ingest, 16 partitions",
             WorkloadId::DurableIngest => "Durable ingest, fsync before ack, 8 producers, 16 partitions, 1 KiB",
-            WorkloadId::CatchUp => "Catch-up read from offset 0, 16 partitions, 1 KiB",
+            WorkloadId::CatchUp => "Catch-up read from offset 0, 16 partitions, 1 KiB (data in the page cache)",
             WorkloadId::RoundTrip => "One-record round trip (produce -> ack), 1 partition, 1 KiB",
             WorkloadId::Replicated => "Three brokers, RF=3, acks=all",
             WorkloadId::PluginOverhead => "Plugin overhead: max ingest with a no-op interceptor / identity transform",
@@ -167,7 +167,16 @@ pub struct Measurement {
     pub latency_cdf: Vec<(f64, u64)>,
     pub server_cpu_seconds: f64,
     pub cpu_seconds_per_gb: f64,
+    /// The load generator's own CPU (the system's client library and the
+    /// harness, every thread) in the same window, per GB.
+    #[serde(default)]
+    pub generator_cpu_seconds_per_gb: f64,
     pub server_peak_rss_bytes: u64,
+    /// Fixed rate only: the system did not keep up (sustained under 95% of the
+    /// rate, or its consumer fell behind), so its latency is queueing, not
+    /// latency at that rate; no ratio is drawn from it.
+    #[serde(default)]
+    pub overloaded: bool,
     /// Anything the reader must know about this figure.
     pub note: Option<String>,
 }
@@ -309,12 +318,62 @@ async fn produce(publisher: Box<dyn Publisher>, shape: LoadShape, window: Window
     Ok(tally)
 }
 
-/// CPU seconds the server spent inside `window` (sampled at its edges).
-async fn cpu_in_window(server: &Server, window: Window) -> anyhow::Result<f64> {
+/// CPU seconds of the server and of this process (the load generator).
+#[derive(Clone, Copy, Debug, Default)]
+struct CpuUse {
+    server: f64,
+    generator: f64,
+}
+
+impl CpuUse {
+    fn now(server: &Server) -> anyhow::Result<CpuUse> {
+        Ok(CpuUse { server: server.cpu_seconds()?, generator: own_cpu_seconds() })
+    }
+
+    fn since(self, server: &Server) -> anyhow::Result<CpuUse> {
+        let now = CpuUse::now(server)?;
+        Ok(CpuUse { server: now.server - self.server, generator: now.generator - self.generator })
+    }
+}
+
+/// User + system CPU seconds of every thread of this process.
+fn own_cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// CPU spent inside `window` (sampled at its edges).
+async fn cpu_in_window(server: &Server, window: Window) -> anyhow::Result<CpuUse> {
     tokio::time::sleep_until(window.start.into()).await;
-    let before = server.cpu_seconds()?;
+    let before = CpuUse::now(server)?;
     tokio::time::sleep_until(window.end.into()).await;
-    Ok(server.cpu_seconds()? - before)
+    before.since(server)
+}
+
+/// A spawned task, aborted if dropped before it is joined (a run that timed out
+/// or failed must not leave its producers running into the next one).
+struct Task<T>(tokio::task::JoinHandle<T>);
+
+impl<T: Send + 'static> Task<T> {
+    fn spawn(future: impl std::future::Future<Output = T> + Send + 'static) -> Task<T> {
+        Task(tokio::spawn(future))
+    }
+
+    async fn join(mut self) -> Result<T, tokio::task::JoinError> {
+        (&mut self.0).await
+    }
+}
+
+impl<T> Drop for Task<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn producer_spec(durability: Durability, linger: Duration) -> ProducerSpec {
@@ -343,12 +402,12 @@ async fn max_rate(
     }
     let window = Window::after_warmup(settings);
     let tasks: Vec<_> =
-        publishers.into_iter().map(|publisher| tokio::spawn(produce(publisher, shape, window))).collect();
+        publishers.into_iter().map(|publisher| Task::spawn(produce(publisher, shape, window))).collect();
     let cpu = cpu_in_window(target.server, window).await?;
     let mut acked = 0;
     let mut latencies = histogram();
     for task in tasks {
-        let tally = task.await.context("producer task")??;
+        let tally = task.join().await.context("producer task")??;
         acked += tally.acked_in_window;
         latencies.add(&tally.latencies)?;
     }
@@ -375,11 +434,11 @@ async fn fixed_rate(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
     let publisher = target.driver.publisher(topic, spec).await?;
     let window = Window::after_warmup(settings);
     let window_start_nanos = now_nanos() + settings.warmup.as_nanos() as u64;
-    let producer = tokio::spawn(produce(publisher, shape, window));
+    let producer = Task::spawn(produce(publisher, shape, window));
     let stop = Arc::new(AtomicBool::new(false));
     let received = Arc::new(AtomicU64::new(0));
     let (consumer_stop, consumer_received) = (stop.clone(), received.clone());
-    let consumer = tokio::spawn(async move {
+    let consumer = Task::spawn(async move {
         let mut end_to_end = histogram();
         let mut sink = |value: &[u8]| {
             let Some(stamp) = value.get(..8) else { return };
@@ -395,7 +454,7 @@ async fn fixed_rate(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
         Ok::<_, anyhow::Error>(end_to_end)
     });
     let cpu = cpu_in_window(target.server, window).await?;
-    let tally = producer.await.context("producer task")??;
+    let tally = producer.join().await.context("producer task")??;
     // Let the consumer read what was acknowledged last, then stop it.
     let sent_in_window = tally.latencies.len();
     let drain_deadline = Instant::now() + Duration::from_secs(5);
@@ -403,7 +462,7 @@ async fn fixed_rate(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     stop.store(true, Ordering::Relaxed);
-    let end_to_end = consumer.await.context("consumer task")??;
+    let end_to_end = consumer.join().await.context("consumer task")??;
     let received = received.load(Ordering::Relaxed);
     let mut measurement = throughput(tally.acked_in_window, shape.record_bytes, settings.duration, cpu);
     measurement.target_rate = Some(settings.fixed_rate);
@@ -417,6 +476,7 @@ async fn fixed_rate(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
         notes.push(format!("consumer saw {received} of {sent_in_window} records sent in the window"));
     }
     if !notes.is_empty() {
+        measurement.overloaded = true;
         measurement.note = Some(notes.join("; "));
     }
     Ok(measurement)
@@ -436,7 +496,7 @@ async fn round_trip(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
             break;
         }
         if started >= window.start && before.is_none() {
-            before = Some(target.server.cpu_seconds()?);
+            before = Some(CpuUse::now(target.server)?);
         }
         publisher.send(0, &payload).await?.await?;
         if started >= window.start {
@@ -444,7 +504,7 @@ async fn round_trip(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
             acked_in_window += 1;
         }
     }
-    let cpu = target.server.cpu_seconds()? - before.unwrap_or(0.0);
+    let cpu = before.context("the window never started")?.since(target.server)?;
     let mut measurement = throughput(acked_in_window, payload.len(), settings.duration, cpu);
     with_latency(&mut measurement, "send->ack", &latencies);
     Ok(measurement)
@@ -474,7 +534,7 @@ async fn catch_up(topic: &TopicSpec, target: Target<'_>, settings: &Settings) ->
 
     // Timed from creating the consumer (clients that prefetch start reading at
     // once) to the last record; over a 1 GiB read, connecting is noise.
-    let before = target.server.cpu_seconds()?;
+    let before = CpuUse::now(target.server)?;
     let started = Instant::now();
     let mut subscriber = target.driver.subscriber(topic, Start::Beginning).await?;
     let (mut read, mut bytes) = (0u64, 0u64);
@@ -489,30 +549,33 @@ async fn catch_up(topic: &TopicSpec, target: Target<'_>, settings: &Settings) ->
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    let cpu = target.server.cpu_seconds()? - before;
+    let cpu = before.since(target.server)?;
     Ok(Measurement {
         records: read,
         bytes,
         seconds,
         records_per_second: read as f64 / seconds,
         mb_per_second: bytes as f64 / MB / seconds,
-        server_cpu_seconds: cpu,
-        cpu_seconds_per_gb: cpu / (bytes as f64 / 1e9),
+        server_cpu_seconds: cpu.server,
+        cpu_seconds_per_gb: cpu.server / (bytes as f64 / 1e9),
+        generator_cpu_seconds_per_gb: cpu.generator / (bytes as f64 / 1e9),
         ..Measurement::default()
     })
 }
 
-fn throughput(records: u64, record_bytes: usize, window: Duration, cpu_seconds: f64) -> Measurement {
+fn throughput(records: u64, record_bytes: usize, window: Duration, cpu: CpuUse) -> Measurement {
     let seconds = window.as_secs_f64();
     let bytes = records * record_bytes as u64;
+    let per_gb = |cpu_seconds: f64| if bytes == 0 { 0.0 } else { cpu_seconds / (bytes as f64 / 1e9) };
     Measurement {
         records,
         bytes,
         seconds,
         records_per_second: records as f64 / seconds,
         mb_per_second: bytes as f64 / MB / seconds,
-        server_cpu_seconds: cpu_seconds,
-        cpu_seconds_per_gb: if bytes == 0 { 0.0 } else { cpu_seconds / (bytes as f64 / 1e9) },
+        server_cpu_seconds: cpu.server,
+        cpu_seconds_per_gb: per_gb(cpu.server),
+        generator_cpu_seconds_per_gb: per_gb(cpu.generator),
         ..Measurement::default()
     }
 }
@@ -549,10 +612,23 @@ mod tests {
 
     #[test]
     fn throughput_divides_by_the_window() {
-        let measurement = throughput(2_000, 1000, Duration::from_secs(2), 0.5);
+        let cpu = CpuUse { server: 0.5, generator: 1.0 };
+        let measurement = throughput(2_000, 1000, Duration::from_secs(2), cpu);
         assert_eq!(measurement.bytes, 2_000_000);
         assert!((measurement.mb_per_second - 1.0).abs() < 1e-9);
         assert!((measurement.cpu_seconds_per_gb - 250.0).abs() < 1e-9);
+        assert!((measurement.generator_cpu_seconds_per_gb - 500.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn own_cpu_time_grows_with_work() {
+        let before = own_cpu_seconds();
+        let started = Instant::now();
+        let mut spin = 0u64;
+        while started.elapsed() < Duration::from_millis(50) {
+            spin = std::hint::black_box(spin.wrapping_add(1));
+        }
+        assert!(own_cpu_seconds() - before > 0.02, "spun {spin} times");
     }
 
     #[test]

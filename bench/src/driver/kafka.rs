@@ -3,7 +3,8 @@
 //!
 //! Settings mirror the Weir driver's: `acks=1` and no idempotence for page-cache
 //! runs, `acks=all` with idempotence for fsync runs (on one broker, all = the
-//! leader); `linger.ms` and `batch.size` from the workload; no compression.
+//! leader); `linger.ms` and `batch.size` from the workload; no compression; at
+//! most 5 requests in flight per connection (the Java client's default).
 //! Fsync topics get `flush.messages=1`: the broker fsyncs the log after every
 //! append, before it answers.
 
@@ -83,6 +84,9 @@ impl Driver for KafkaDriver {
                 .set("linger.ms", spec.linger.as_millis().to_string())
                 .set("batch.size", spec.batch_bytes_max.to_string())
                 .set("compression.type", "none")
+                // The Java client's default (librdkafka's is 1,000,000 without
+                // idempotence): at most 5 produce requests in flight per broker.
+                .set("max.in.flight.requests.per.connection", "5")
                 .create()
                 .context("Kafka producer")?;
             Ok(Box::new(KafkaPublisher { producer, topic: topic.name.clone() }) as Box<dyn Publisher>)
