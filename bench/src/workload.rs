@@ -225,8 +225,13 @@ pub async fn run(
 
 /// Nanoseconds since the harness's first call: the clock inside payloads.
 fn now_nanos() -> u64 {
+    nanos_at(Instant::now())
+}
+
+/// `instant` on the payload clock.
+fn nanos_at(instant: Instant) -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    instant.saturating_duration_since(*EPOCH.get_or_init(Instant::now)).as_nanos() as u64
 }
 
 fn histogram() -> Histogram<u64> {
@@ -302,10 +307,11 @@ async fn produce(publisher: Box<dyn Publisher>, shape: LoadShape, window: Window
                 continue;
             }
         }
-        if shape.stamp {
-            payload[..8].copy_from_slice(&now_nanos().to_le_bytes());
-        }
+        // One instant for the stamp and the producer's own count.
         let sent = Instant::now();
+        if shape.stamp {
+            payload[..8].copy_from_slice(&nanos_at(sent).to_le_bytes());
+        }
         let partition = (sent_count % shape.partitions as u64) as i32;
         let ack = publisher.send(partition, &payload).await?;
         pending.push(ack.map(move |result| result.map(|()| sent)));
@@ -433,7 +439,9 @@ async fn fixed_rate(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
     subscriber.poll(Duration::from_millis(500), &mut |_| {}).await?;
     let publisher = target.driver.publisher(topic, spec).await?;
     let window = Window::after_warmup(settings);
-    let window_start_nanos = now_nanos() + settings.warmup.as_nanos() as u64;
+    // The same instant as `window.start`: the producer counts what it sends from
+    // then on, the consumer what is stamped from then on.
+    let window_start_nanos = nanos_at(window.start);
     let producer = Task::spawn(produce(publisher, shape, window));
     let stop = Arc::new(AtomicBool::new(false));
     let received = Arc::new(AtomicU64::new(0));
