@@ -5,12 +5,14 @@
 //! the middle of a round, rolls segments, truncates and applies size retention.
 //! For each seed it first counts the workload's mutating storage operations, then
 //! reruns it with a power cut armed at each point (`MemStorage::fail_after`),
-//! simulates the reboot (unsynced bytes and directory entries vanish; every other
-//! point keeps a random torn prefix of unsynced bytes), sometimes cuts power again
+//! simulates the reboot (unsynced bytes and directory entries vanish; or a random
+//! torn prefix of unsynced bytes survives; or such a prefix followed by garbage up
+//! to the file's full length: random bytes, zeros, stale bytes of an older
+//! segment), sometimes cuts power again
 //! in the middle of recovery, and reopens. It checks:
 //!
-//! - recovery succeeds (a crash that leaves a prefix of the unsynced bytes only
-//!   tears tails; it never looks like corruption);
+//! - recovery succeeds (a crash that leaves a prefix of the unsynced bytes, or
+//!   garbage after it, only tears tails; it never looks like corruption);
 //! - every record below the last durable offset acknowledged by a flush round is
 //!   present, at its offset, with its bytes;
 //! - whatever else survived is exactly what was appended (a prefix of the history),
@@ -164,10 +166,11 @@ fn power_cut_at_every_storage_operation_loses_nothing_acknowledged() {
             let storage = MemStorage::new();
             storage.fail_after(crash_point);
             let history = workload(&storage, seed);
-            let mode = if crash_point % 2 == 0 {
-                CrashMode::ForgetUnsynced
-            } else {
-                CrashMode::TornTail { seed: seed * 1_000_003 + crash_point }
+            let mode_seed = seed * 1_000_003 + crash_point;
+            let mode = match crash_point % 3 {
+                0 => CrashMode::ForgetUnsynced,
+                1 => CrashMode::TornTail { seed: mode_seed },
+                _ => CrashMode::GarbageTail { seed: mode_seed },
             };
             storage.crash(mode);
             if crash_point % 7 == 3 {

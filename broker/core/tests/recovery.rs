@@ -1,6 +1,7 @@
-//! Recovery after an unclean stop, on purpose-damaged logs: a torn last batch is
-//! truncated; a bit flip (or any damage followed by valid data) fences the partition
-//! and leaves the files untouched.
+//! Recovery after an unclean stop, on purpose-damaged logs: a torn last batch or a
+//! garbage tail above the recovery point is truncated (its bytes copied aside); a
+//! bit flip followed by valid data, or any damage below the recovery point, fences
+//! the partition and leaves the files untouched.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail loudly by design
 
@@ -10,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use broker_core::log::{Log, LogError};
 use broker_core::storage::mem::MemStorage;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use support::{batch, open, read_all, small_config};
 
 const ACTIVE_LOG: &str = "/data/topic-0/00000000000000000000.log";
@@ -92,11 +95,81 @@ fn bit_flip_mid_segment_fences_and_truncates_nothing() {
 }
 
 #[test]
-fn bit_flip_in_the_last_whole_batch_fences() {
+fn bit_flip_in_the_last_whole_batch_above_the_recovery_point_is_cut_and_kept_aside() {
+    // Above the recovery point, a last batch damaged in place cannot be told from a
+    // batch whose header reached the disk and whose body did not (scan.rs).
     let storage = MemStorage::new();
     let positions = ten_batches_then_unclean_stop(&storage);
-    damage(&storage, ACTIVE_LOG, |bytes| bytes[positions[9] as usize + 30] ^= 0x01);
-    expect_fenced(open(&storage, &small_config()), positions[9]);
+    let damaged = damage(&storage, ACTIVE_LOG, |bytes| bytes[positions[9] as usize + 30] ^= 0x01);
+    let log = open(&storage, &small_config()).unwrap();
+    assert_eq!(log.log_end_offset(), 18);
+    let tail = log.recovery_report().truncated_tail.clone().expect("a cut tail");
+    assert_eq!((tail.position, tail.offset), (positions[9], 18));
+    assert_eq!(storage.contents(&tail.moved_to).unwrap(), damaged[positions[9] as usize..]);
+}
+
+#[test]
+fn random_garbage_after_the_last_batch_is_cut_and_moved_aside() {
+    let storage = MemStorage::new();
+    let positions = ten_batches_then_unclean_stop(&storage);
+    let mut rng = StdRng::seed_from_u64(777);
+    let garbage: Vec<u8> = (0..777).map(|_| rng.gen()).collect();
+    let damaged = damage(&storage, ACTIVE_LOG, |bytes| bytes.extend_from_slice(&garbage));
+    let end = damaged.len() as u64 - 777;
+    let mut log = open(&storage, &small_config()).unwrap();
+    assert_eq!(log.log_end_offset(), 20, "every record kept");
+    assert_eq!(read_all(&log, 4096).len(), 20);
+    let report = log.recovery_report().clone();
+    assert_eq!(report.truncated_bytes, 777);
+    let tail = report.truncated_tail.expect("a cut tail");
+    assert_eq!((tail.segment_base_offset, tail.position, tail.offset, tail.bytes), (0, end, 20, 777));
+    assert_eq!(tail.moved_to, PathBuf::from(format!("{ACTIVE_LOG}.torn-at-{end}")));
+    assert_eq!(storage.contents(&tail.moved_to).unwrap(), garbage, "the garbage is kept aside");
+    assert_eq!(storage.contents(Path::new(ACTIVE_LOG)).unwrap(), damaged[..end as usize]);
+    assert!(positions.len() == 10);
+    assert_eq!(log.append(&mut batch(&[(1, b"next".to_vec())]), 0).unwrap().base_offset, 20);
+}
+
+#[test]
+fn stale_bytes_of_an_older_segment_after_the_last_batch_are_cut() {
+    let storage = MemStorage::new();
+    let config = small_config();
+    let mut log = open(&storage, &config).unwrap();
+    for index in 0..120i64 {
+        log.append(&mut batch(&[(index, format!("value-{index:04}").into_bytes())]), 0).unwrap();
+    }
+    log.flush().unwrap();
+    let end = log.log_end_offset();
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() >= 3);
+    drop(log);
+    // Whole valid batches of the first segment (old offsets) land after the tail.
+    let first = storage.contents(Path::new("/data/topic-0/00000000000000000000.log")).unwrap();
+    let active = format!("/data/topic-0/{:020}.log", bases[bases.len() - 1]);
+    damage(&storage, &active, |bytes| bytes.extend_from_slice(&first[..first.len() / 2]));
+    let log = open(&storage, &config).unwrap();
+    assert_eq!(log.log_end_offset(), end);
+    assert_eq!(log.recovery_report().truncated_bytes, first.len() as u64 / 2);
+}
+
+#[test]
+fn garbage_below_the_recovery_point_fences() {
+    let storage = MemStorage::new();
+    let positions = ten_batches_then_unclean_stop(&storage);
+    // Opening checkpoints the log end (20) as the recovery point.
+    drop(open(&storage, &small_config()).unwrap());
+    let damaged = damage(&storage, ACTIVE_LOG, |bytes| {
+        let end = bytes.len();
+        bytes[positions[9] as usize + 20..end].fill(0xA5);
+    });
+    match open(&storage, &small_config()) {
+        Err(LogError::Corrupt { position, reason, .. }) => {
+            assert_eq!(position, positions[9]);
+            assert!(reason.contains("below the recovery point 20"), "{reason}");
+        }
+        other => panic!("expected the partition to be fenced, got {other:?}"),
+    }
+    assert_eq!(storage.contents(Path::new(ACTIVE_LOG)).unwrap(), damaged, "nothing was cut");
 }
 
 #[test]

@@ -23,7 +23,8 @@ pub enum LogError {
     /// truncated, an operator (or, later, re-replication) must repair it.
     #[error(
         "partition log {} is corrupt in segment {segment_base_offset} at byte {position}: {reason}; \
-         the partition is fenced, nothing was truncated",
+         the partition is fenced, nothing was truncated (with the broker stopped, `weir repair DIR` \
+         shows the damage and `weir repair DIR --truncate` cuts the log at it)",
         dir.display()
     )]
     Corrupt { dir: PathBuf, segment_base_offset: u64, position: u64, reason: String },

@@ -19,10 +19,13 @@
 //! - the durable offset only moves forward, except by an explicit `truncate_to`;
 //! - after any failed write or sync the log is *fenced*: it refuses writes until
 //!   reopened, because its on-disk state is unknown;
-//! - recovery never silently drops data that may have been durable: a torn tail is
-//!   truncated, any other damage fences the partition ([`LogError::Corrupt`]); the
-//!   one blind spot is a last batch zeroed in full, which reads as a torn tail
-//!   (see `scan.rs`).
+//! - recovery never silently drops data that may have been durable: a torn or
+//!   garbage tail above the recovery point, with no valid batch after it, is cut
+//!   (and copied aside), any other damage fences the partition
+//!   ([`LogError::Corrupt`]); the blind spot is a last batch damaged in place so
+//!   that it no longer claims to be the next batch (zeroed, or its magic or base
+//!   offset hit), which reads as a garbage tail (see `scan.rs`). [`repair`] is the
+//!   operator's path for a fenced partition.
 
 mod checkpoint;
 pub mod config;
@@ -32,6 +35,7 @@ mod header;
 mod index;
 mod open;
 mod read;
+pub mod repair;
 mod retention;
 mod scan;
 mod segment;
@@ -47,7 +51,7 @@ use abi::batch::{set_base_offset, set_partition_leader_epoch, RecordBatch};
 pub use config::{ConfigError, FlushPolicy, LogConfig};
 pub use error::LogError;
 pub use flush::FlushTicket;
-pub use open::RecoveryReport;
+pub use open::{RecoveryReport, TruncatedTail};
 pub use read::{ReadInfo, ReadPlan};
 pub use topic_config::{apply_topic_configs, effective_topic_configs, TOPIC_CONFIG_KEYS};
 pub use validated::ValidatedBatches;

@@ -8,8 +8,11 @@
 //!    synced whole: trust them (rebuilding an index that fails its sanity check; any
 //!    damage found then fences the partition). Scan the segment holding the recovery
 //!    point and every later one batch by batch (`scan.rs`), rebuilding their indexes.
-//! 4. The first torn segment is truncated at the tear and every later segment is
-//!    deleted (nothing after a tear was durable: syncs cover whole prefixes). A gap
+//! 4. The first torn segment is truncated at the tear (a partial batch, zeros or
+//!    garbage with no valid batch after it, see `scan.rs`), its cut bytes copied
+//!    first to `<segment>.log.torn-at-<position>`, and every later segment is
+//!    deleted (nothing after a tear was durable: syncs cover whole prefixes). A tear
+//!    below the recovery point is corruption: the checkpoint vouched for it. A gap
 //!    after a scanned segment, above the recovery point, is a tear at the end of that
 //!    segment. Corruption fences, and so does synced data gone missing: a gap after
 //!    a trusted segment or below the recovery point, or a log ending below it.
@@ -42,6 +45,23 @@ pub struct RecoveryReport {
     pub truncated_bytes: u64,
     /// Segments deleted because they lay after a tear.
     pub segments_removed: usize,
+    /// The torn or garbage tail cut from the log, if any.
+    pub truncated_tail: Option<TruncatedTail>,
+}
+
+/// A tail recovery cut off: where, why, and where its bytes were moved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TruncatedTail {
+    pub segment_base_offset: u64,
+    /// Byte position of the cut in the segment's `.log`.
+    pub position: u64,
+    /// The log end offset after the cut (the offset the first cut byte would have had).
+    pub offset: u64,
+    pub bytes: u64,
+    /// Why the bytes at `position` are not a valid batch.
+    pub reason: String,
+    /// The copy of the cut bytes (`<segment>.log.torn-at-<position>`), kept for forensics.
+    pub moved_to: std::path::PathBuf,
 }
 
 impl Log {
@@ -249,11 +269,20 @@ fn recover_tail(
         match recovered.scan_end {
             ScanEnd::Clean => segments.push_back(recovered.segment),
             ScanEnd::Corrupt { position, reason } => return Err(recovered.segment.corrupt(position, reason)),
-            ScanEnd::Torn { position, .. } => {
+            ScanEnd::Torn { position, reason } => {
                 let segment = &mut recovered.segment;
-                let file_len = segment.log.len().map_err(LogError::io("stat", &segment.log_path))?;
-                segment.log.set_len(position).map_err(LogError::io("truncate", &segment.log_path))?;
-                report.truncated_bytes += file_len - position;
+                if segment.next_offset < tail.recovery_point {
+                    // The checkpoint vouched for offsets past the damage: it was synced.
+                    let reason = format!(
+                        "{reason}, at offset {} below the recovery point {} (in data that was synced)",
+                        segment.next_offset, tail.recovery_point
+                    );
+                    return Err(segment.corrupt(position, reason));
+                }
+                let log = SegmentLog { path: &segment.log_path, file: segment.log.as_ref(), base_offset: segment.base_offset };
+                let cut = cut_tail(storage, &log, position, segment.next_offset, reason)?;
+                report.truncated_bytes += cut.bytes;
+                report.truncated_tail = Some(cut);
                 segments.push_back(recovered.segment);
                 remove_segments(storage, dir, &bases[index + 1..], report)?;
                 break;
@@ -271,6 +300,54 @@ fn recover_tail(
     }
     Ok(())
 }
+
+/// A segment's `.log` file, for [`cut_tail`].
+pub(super) struct SegmentLog<'a> {
+    pub path: &'a Path,
+    pub file: &'a dyn crate::storage::File,
+    pub base_offset: u64,
+}
+
+/// Copies the segment's bytes from `position` to its end into
+/// `<segment>.log.torn-at-<position>` (synced), then truncates the segment there.
+/// `offset` is the offset the first cut byte would have had.
+pub(super) fn cut_tail(
+    storage: &dyn Storage,
+    log: &SegmentLog<'_>,
+    position: u64,
+    offset: u64,
+    reason: String,
+) -> Result<TruncatedTail, LogError> {
+    let file_len = log.file.len().map_err(LogError::io("stat", log.path))?;
+    let mut aside_name = log.path.file_name().unwrap_or_default().to_owned();
+    aside_name.push(format!(".torn-at-{position}"));
+    let aside_path = log.path.with_file_name(aside_name);
+    let aside = storage.open(&aside_path, true).map_err(LogError::io("create", &aside_path))?;
+    aside.set_len(0).map_err(LogError::io("truncate", &aside_path))?;
+    let mut chunk = vec![0u8; TAIL_COPY_CHUNK_BYTES.min(file_len.saturating_sub(position) as usize)];
+    let mut copied = 0u64;
+    while position + copied < file_len {
+        let len = chunk.len().min((file_len - position - copied) as usize);
+        log.file.read_exact_at(&mut chunk[..len], position + copied).map_err(LogError::io("read", log.path))?;
+        aside.write_at(&chunk[..len], copied).map_err(LogError::io("write", &aside_path))?;
+        copied += len as u64;
+    }
+    aside.sync_data().map_err(LogError::io("sync", &aside_path))?;
+    let dir = log.path.parent().unwrap_or(Path::new(""));
+    storage.sync_dir(dir).map_err(LogError::io("sync directory", dir))?;
+    log.file.set_len(position).map_err(LogError::io("truncate", log.path))?;
+    Ok(TruncatedTail {
+        segment_base_offset: log.base_offset,
+        position,
+        offset,
+        bytes: file_len.saturating_sub(position),
+        reason,
+        moved_to: aside_path,
+    })
+}
+
+/// Bytes copied per read when a cut tail is moved aside.
+const TAIL_COPY_CHUNK_BYTES: usize = 1024 * 1024;
 
 fn remove_segments(
     storage: &dyn Storage,

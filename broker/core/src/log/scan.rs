@@ -6,16 +6,21 @@
 //! decides what kind of damage it found:
 //!
 //! 1. **Torn tail** — the last write did not fully reach the disk: the batch ends past
-//!    the end of the file (or only zeros follow), *and no valid batch continuing
-//!    the log's offsets follows anywhere after it*. Nothing there was ever durable (a sync covers whole
-//!    appends), so recovery truncates at that position.
-//! 2. **Corruption** — a whole batch fails its checks, valid batches follow the
-//!    damaged one, or the "incomplete" batch is in fact whole and valid with only its
-//!    length field damaged. Durable, possibly acknowledged data is damaged: the partition is
-//!    fenced and nothing is truncated.
+//!    the end of the file, only zeros follow, or the bytes there are garbage (the
+//!    file grew but its data blocks did not: random bytes, stale blocks, a batch
+//!    header without its body), *and no valid batch continuing the log's offsets
+//!    follows anywhere after it*. Nothing there was ever durable (a sync covers
+//!    whole appends), so recovery may truncate at that position — the caller still
+//!    checks it lies above the recovery point.
+//! 2. **Corruption** — valid batches follow the damaged one, or the "incomplete"
+//!    batch is in fact whole and valid with only its length field damaged (no crash
+//!    writes that). Durable, possibly acknowledged data is damaged: the partition
+//!    is fenced and nothing is truncated.
 //!
-//! What cannot be told apart: a last batch whose bytes were all zeroed reads like a
-//! zero-filled torn tail, and is truncated.
+//! What cannot be told apart: a last batch damaged in place (a bit flip, zeroed)
+//! after its sync reads like a garbage tail, and is cut (its bytes copied aside)
+//! unless the recovery point covers it. Crashes never damage synced bytes, so this
+//! only matters for media corruption of the newest batches.
 //!
 //! The scan reads through a chunk buffer (`SCAN_CHUNK_BYTES`, grown to one batch
 //! when a batch is bigger), never the whole segment at once; the damaged-length
@@ -24,7 +29,8 @@
 //! Known limit: page writeback has no order within a file, so after a power cut an
 //! unsynced tail can in principle hold a later page without an earlier one. That
 //! looks like an invalid batch followed by data and is fenced (never cut): safe, but
-//! it needs an operator. The in-memory storage only models prefix tears.
+//! it needs an operator. The in-memory storage models prefix tears and garbage after
+//! them, not reordered pages.
 
 use std::io;
 
@@ -155,7 +161,7 @@ fn classify(reader: &mut ChunkReader<'_>, position: u64, expected_offset: u64, d
                 "{reason}, yet the bytes to the end of the file form a whole valid batch: its length field is damaged"
             ),
         }),
-        Defect::Incomplete(reason) => match valid_batch_after(reader, position, expected_offset)? {
+        Defect::Incomplete(reason) => match valid_batch_after_torn(reader, position, expected_offset)? {
             Some(later) => Ok(ScanEnd::Corrupt {
                 position,
                 reason: format!("{reason}, yet a valid batch follows at byte {later}"),
@@ -165,7 +171,12 @@ fn classify(reader: &mut ChunkReader<'_>, position: u64, expected_offset: u64, d
         Defect::Invalid(reason) if zeros_from(reader, position)? => {
             Ok(ScanEnd::Torn { position, reason: format!("{reason} (only zeros to the end)") })
         }
-        Defect::Invalid(reason) => Ok(ScanEnd::Corrupt { position, reason }),
+        Defect::Invalid(reason) => {
+            match valid_batch_after(reader, position, |base_offset| base_offset >= expected_offset)? {
+                Some(later) => Ok(ScanEnd::Corrupt { position, reason: format!("{reason}, yet a valid batch follows at byte {later}") }),
+                None => Ok(ScanEnd::Torn { position, reason: format!("{reason}, and no valid batch follows (a garbage tail)") }),
+            }
+        }
     }
 }
 
@@ -200,7 +211,7 @@ fn zeros_from(reader: &mut ChunkReader<'_>, mut position: u64) -> io::Result<boo
 /// the torn header is readable) or at least `expected_offset`. Valid batches with
 /// other offsets — a producer may store an encoded batch inside a record value —
 /// do not count.
-fn valid_batch_after(
+fn valid_batch_after_torn(
     reader: &mut ChunkReader<'_>,
     torn_position: u64,
     expected_offset: u64,
@@ -211,12 +222,22 @@ fn valid_batch_after(
     } else {
         None
     };
-    let continues = |base_offset: u64| match torn_next_offset {
+    valid_batch_after(reader, torn_position, |base_offset| match torn_next_offset {
         Some(next_offset) => base_offset == next_offset,
         None => base_offset > expected_offset,
-    };
+    })
+}
+
+/// The position of the first valid batch after `position` whose base offset
+/// `continues` the log.
+fn valid_batch_after(
+    reader: &mut ChunkReader<'_>,
+    position: u64,
+    continues: impl Fn(u64) -> bool,
+) -> io::Result<Option<u64>> {
+    let header_bytes = abi::batch::BATCH_HEADER_BYTES as u64;
     let file_len = reader.file_len;
-    let mut candidate = torn_position + 1;
+    let mut candidate = position + 1;
     while candidate + header_bytes <= file_len {
         let header = reader.bytes(candidate, header_bytes as usize)?;
         let length = batch_length(header);

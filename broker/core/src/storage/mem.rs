@@ -6,7 +6,9 @@
 //! keeps a live and a durable view, the durable one updated per directory by
 //! `sync_dir`. [`MemStorage::crash`] throws the live state away and keeps the durable
 //! one, optionally with a random prefix of each file's unsynced appended bytes (a torn
-//! write, as a disk that persisted some pages but not others in order would leave).
+//! write, as a disk that persisted some pages but not others in order would leave),
+//! optionally followed by garbage up to the file's full length (a file that grew
+//! without its data blocks: random bytes, zeros, or stale blocks of an older file).
 //!
 //! [`MemStorage::fail_after`] arms a power cut: after that many more mutating
 //! operations, every call fails with an IO error, as if the machine had died there.
@@ -72,6 +74,11 @@ pub enum CrashMode {
     /// Each file keeps a pseudo-random prefix of its unsynced appended bytes, chosen
     /// from this seed.
     TornTail { seed: u64 },
+    /// Each file keeps its full length, but only a pseudo-random prefix of its
+    /// unsynced appended bytes: the rest reads as garbage (the file grew, its data
+    /// blocks did not), chosen from this seed among random bytes, zeros and stale
+    /// bytes of a file named before it (an older segment).
+    GarbageTail { seed: u64 },
 }
 
 fn power_cut() -> io::Error {
@@ -110,6 +117,22 @@ impl Shared {
     }
 }
 
+/// `len` bytes of garbage: random, zeros, or a window of one of the `older` files.
+fn garbage(rng: &mut SplitMix64, len: usize, older: &[&Entry]) -> Vec<u8> {
+    let stale: Vec<u8> = match older.get((rng.next() % (older.len() as u64 + 1)) as usize) {
+        Some(Entry::File(node)) => lock(&node.contents).durable.clone(),
+        _ => Vec::new(),
+    };
+    match rng.next() % 3 {
+        0 => (0..len).map(|_| rng.next() as u8).collect(),
+        1 if stale.len() >= len && len > 0 => {
+            let start = (rng.next() % (stale.len() - len + 1) as u64) as usize;
+            stale[start..start + len].to_vec()
+        }
+        _ => vec![0; len],
+    }
+}
+
 impl MemStorage {
     /// An empty storage.
     pub fn new() -> MemStorage {
@@ -137,7 +160,7 @@ impl MemStorage {
         let mut state = lock(&self.shared.state);
         let mut rng = SplitMix64(match mode {
             CrashMode::ForgetUnsynced => 0,
-            CrashMode::TornTail { seed } => seed,
+            CrashMode::TornTail { seed } | CrashMode::GarbageTail { seed } => seed,
         });
         let mut rebooted = BTreeMap::new();
         for (path, entry) in &state.durable {
@@ -146,11 +169,14 @@ impl MemStorage {
                 Entry::File(node) => {
                     let contents = lock(&node.contents);
                     let mut survived = contents.durable.clone();
-                    if let CrashMode::TornTail { .. } = mode {
-                        let appended = contents.live.get(survived.len()..).unwrap_or(&[]);
-                        if contents.live.starts_with(&survived) && !appended.is_empty() {
-                            let keep = (rng.next() % (appended.len() as u64 + 1)) as usize;
-                            survived.extend_from_slice(&appended[..keep]);
+                    let appended = contents.live.get(survived.len()..).unwrap_or(&[]);
+                    let torn = !matches!(mode, CrashMode::ForgetUnsynced);
+                    if torn && contents.live.starts_with(&survived) && !appended.is_empty() {
+                        let keep = (rng.next() % (appended.len() as u64 + 1)) as usize;
+                        survived.extend_from_slice(&appended[..keep]);
+                        if let CrashMode::GarbageTail { .. } = mode {
+                            let older: Vec<&Entry> = state.durable.range(..path.clone()).map(|(_, entry)| entry).collect();
+                            survived.extend(garbage(&mut rng, appended.len() - keep, &older));
                         }
                     }
                     let node = Node { contents: Mutex::new(Contents { durable: survived.clone(), live: survived }) };
@@ -163,6 +189,12 @@ impl MemStorage {
         state.durable = rebooted;
         state.dead = false;
         state.ops_left = None;
+    }
+
+    /// Paths of every live file, in order.
+    pub fn file_paths(&self) -> Vec<PathBuf> {
+        let state = lock(&self.shared.state);
+        state.live.iter().filter(|(_, entry)| matches!(entry, Entry::File(_))).map(|(path, _)| path.clone()).collect()
     }
 
     /// The live contents of a file, for tests that inspect or damage it.
