@@ -18,7 +18,8 @@
 //! - whatever else survived is exactly what was appended (a prefix of the history),
 //!   offsets are dense, and the log accepts appends again.
 //!
-//! A failure names its seed and crash point. `WEIR_CRASH_SEEDS=n` runs more seeds.
+//! A failure names its seed and crash point. `WEIR_CRASH_SEEDS=n` runs more seeds;
+//! `WEIR_CRASH_FIRST_SEED=s WEIR_CRASH_SEEDS=1` replays one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail loudly by design
 
@@ -158,7 +159,8 @@ fn seed_count() -> u64 {
 #[test]
 fn power_cut_at_every_storage_operation_loses_nothing_acknowledged() {
     let mut crash_points = 0;
-    for seed in 0..seed_count() {
+    let first_seed = std::env::var("WEIR_CRASH_FIRST_SEED").ok().and_then(|value| value.parse().ok()).unwrap_or(0);
+    for seed in first_seed..first_seed + seed_count() {
         let reference = MemStorage::new();
         workload(&reference, seed);
         let total_ops = reference.op_count();

@@ -279,7 +279,11 @@ fn recover_tail(
                     );
                     return Err(segment.corrupt(position, reason));
                 }
-                let log = SegmentLog { path: &segment.log_path, file: segment.log.as_ref(), base_offset: segment.base_offset };
+                let log = SegmentLog {
+                    path: &segment.log_path,
+                    file: segment.log.as_ref(),
+                    base_offset: segment.base_offset,
+                };
                 let cut = cut_tail(storage, &log, position, segment.next_offset, reason)?;
                 report.truncated_bytes += cut.bytes;
                 report.truncated_tail = Some(cut);

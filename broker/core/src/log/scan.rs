@@ -12,10 +12,15 @@
 //!    follows anywhere after it*. Nothing there was ever durable (a sync covers
 //!    whole appends), so recovery may truncate at that position — the caller still
 //!    checks it lies above the recovery point.
-//! 2. **Corruption** — valid batches follow the damaged one, or the "incomplete"
-//!    batch is in fact whole and valid with only its length field damaged (no crash
-//!    writes that). Durable, possibly acknowledged data is damaged: the partition
+//! 2. **Corruption** — valid batches follow the damaged one, the "incomplete"
+//!    batch is in fact whole and valid with only its length field damaged, or a
+//!    whole CRC-valid batch continuing the log breaks a log invariant (no crash
+//!    writes either). Durable, possibly acknowledged data is damaged: the partition
 //!    is fenced and nothing is truncated.
+//!
+//! Stale blocks that happen to hold whole batches continuing the log's offsets
+//! (data truncated away earlier, exposed again) look like damage followed by valid
+//! data: fenced, never cut — safe, but the operator must run `weir repair`.
 //!
 //! What cannot be told apart: a last batch damaged in place (a bit flip, zeroed)
 //! after its sync reads like a garbage tail, and is cut (its bytes copied aside)
@@ -88,6 +93,9 @@ impl<'a> ChunkReader<'a> {
 enum Defect {
     Incomplete(String),
     Invalid(String),
+    /// A whole batch that passes its CRC and continues the log, yet breaks a log
+    /// invariant: no crash writes that, so it is never a torn tail.
+    Impossible(String),
 }
 
 /// Scans `file` (of `file_len` bytes) whose first batch must have `base_offset`;
@@ -147,7 +155,7 @@ fn check_batch(
     }
     if header.last_offset - segment_base_offset > u32::MAX as u64 {
         let reason = format!("last offset {} does not fit the segment's u32 relative offsets", header.last_offset);
-        return Ok(Err(Defect::Invalid(reason)));
+        return Ok(Err(Defect::Impossible(reason)));
     }
     Ok(Ok(header))
 }
@@ -155,6 +163,7 @@ fn check_batch(
 /// `expected_offset` is the base offset the batch at `position` should have had.
 fn classify(reader: &mut ChunkReader<'_>, position: u64, expected_offset: u64, defect: Defect) -> io::Result<ScanEnd> {
     match defect {
+        Defect::Impossible(reason) => Ok(ScanEnd::Corrupt { position, reason }),
         Defect::Incomplete(reason) if whole_but_length_damaged(reader, position)? => Ok(ScanEnd::Corrupt {
             position,
             reason: format!(
@@ -172,9 +181,17 @@ fn classify(reader: &mut ChunkReader<'_>, position: u64, expected_offset: u64, d
             Ok(ScanEnd::Torn { position, reason: format!("{reason} (only zeros to the end)") })
         }
         Defect::Invalid(reason) => {
-            match valid_batch_after(reader, position, |base_offset| base_offset >= expected_offset)? {
-                Some(later) => Ok(ScanEnd::Corrupt { position, reason: format!("{reason}, yet a valid batch follows at byte {later}") }),
-                None => Ok(ScanEnd::Torn { position, reason: format!("{reason}, and no valid batch follows (a garbage tail)") }),
+            let continues =
+                |base_offset: u64| (expected_offset..=expected_offset + u32::MAX as u64).contains(&base_offset);
+            match valid_batch_after(reader, position, continues)? {
+                Some(later) => Ok(ScanEnd::Corrupt {
+                    position,
+                    reason: format!("{reason}, yet a valid batch follows at byte {later}"),
+                }),
+                None => Ok(ScanEnd::Torn {
+                    position,
+                    reason: format!("{reason}, and no valid batch follows (a garbage tail)"),
+                }),
             }
         }
     }
@@ -192,6 +209,18 @@ fn whole_but_length_damaged(reader: &mut ChunkReader<'_>, position: u64) -> io::
     let length = (remaining - LOG_OVERHEAD_BYTES) as i32;
     bytes[field::BATCH_LENGTH..field::BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
     Ok(BatchView::new(&bytes).and_then(|view| view.validate()).is_ok())
+}
+
+/// Whether the batch ending at `end` (whose successor should start at
+/// `next_offset`) is last in the file, or the next batch header (whole or not)
+/// continues its offsets.
+fn followed_by_continuation(reader: &mut ChunkReader<'_>, end: u64, next_offset: u64) -> io::Result<bool> {
+    let header_bytes = abi::batch::BATCH_HEADER_BYTES;
+    if end + header_bytes as u64 > reader.file_len {
+        return Ok(true);
+    }
+    let header = reader.bytes(end, header_bytes)?;
+    Ok(BatchHeader::parse(header).is_some_and(|parsed| parsed.base_offset == next_offset))
 }
 
 /// Whether every byte from `position` to the end is zero.
@@ -229,7 +258,10 @@ fn valid_batch_after_torn(
 }
 
 /// The position of the first valid batch after `position` whose base offset
-/// `continues` the log.
+/// `continues` the log and that is followed by the end of the file or by a batch
+/// header continuing it in turn. (The base offset is outside the CRC: a stale batch
+/// whose first bytes were overwritten can pass its CRC with any base offset, but
+/// the stale batch after it keeps its old one.)
 fn valid_batch_after(
     reader: &mut ChunkReader<'_>,
     position: u64,
@@ -248,8 +280,11 @@ fn valid_batch_after(
         if plausible {
             let size_bytes = LOG_OVERHEAD_BYTES + length as usize;
             let bytes = reader.bytes(candidate, size_bytes)?;
-            if BatchView::new(bytes).and_then(|view| view.validate()).is_ok() {
-                return Ok(Some(candidate));
+            let valid = BatchView::new(bytes).and_then(|view| view.validate()).is_ok();
+            if let Some(parsed) = BatchHeader::parse(bytes).filter(|_| valid) {
+                if followed_by_continuation(reader, candidate + size_bytes as u64, parsed.next_offset())? {
+                    return Ok(Some(candidate));
+                }
             }
         }
         candidate += 1;

@@ -120,7 +120,10 @@ impl Shared {
 /// `len` bytes of garbage: random, zeros, or a window of one of the `older` files.
 fn garbage(rng: &mut SplitMix64, len: usize, older: &[&Entry]) -> Vec<u8> {
     let stale: Vec<u8> = match older.get((rng.next() % (older.len() as u64 + 1)) as usize) {
-        Some(Entry::File(node)) => lock(&node.contents).durable.clone(),
+        // What the older file holds now: stale blocks of data truncated away
+        // earlier could carry batches that continue the log, which recovery
+        // rightly fences (scan.rs); that is not what this mode models.
+        Some(Entry::File(node)) => lock(&node.contents).live.clone(),
         _ => Vec::new(),
     };
     match rng.next() % 3 {
@@ -175,7 +178,8 @@ impl MemStorage {
                         let keep = (rng.next() % (appended.len() as u64 + 1)) as usize;
                         survived.extend_from_slice(&appended[..keep]);
                         if let CrashMode::GarbageTail { .. } = mode {
-                            let older: Vec<&Entry> = state.durable.range(..path.clone()).map(|(_, entry)| entry).collect();
+                            let older: Vec<&Entry> =
+                                state.durable.range(..path.clone()).map(|(_, entry)| entry).collect();
                             survived.extend(garbage(&mut rng, appended.len() - keep, &older));
                         }
                     }
