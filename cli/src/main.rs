@@ -5,7 +5,8 @@
 //! and transform deployments), `produce` and `consume`
 //! (records over stdin/stdout), `bench`
 //! (throughput and latency next to the machine's loopback bandwidth) and
-//! `dump_log` (print the batches of a segment file). Client commands share
+//! `dump_log` (print the batches of a segment file), `repair` (find and cut the
+//! damage in a fenced partition). Client commands share
 //! [`ClientArgs`]: `--brokers` (env `WEIR_BROKERS`) and `--format text|json`.
 //!
 //! Exit codes: 0 success, 1 runtime failure (reported on stderr), 2 bad usage
@@ -18,6 +19,7 @@ mod group;
 mod output;
 mod plugin;
 mod produce;
+mod repair;
 mod serve;
 mod topic;
 mod transform;
@@ -73,6 +75,13 @@ enum Command {
         #[command(subcommand)]
         command: bench::BenchCommand,
     },
+    /// Find the damage in a partition directory that the broker fenced, and with
+    /// --truncate (broker stopped) cut the log at its last valid batch.
+    ///
+    /// Without --truncate it only reads, and exits 1 when it finds damage. With it,
+    /// the cut bytes go to <segment>.log.torn-at-<position> and later segments to
+    /// <segment>.log.removed-by-repair: nothing is deleted.
+    Repair(repair::RepairArgs),
     /// Print the batches (and optionally records) of a segment `.log` file.
     DumpLog {
         /// A segment file, e.g. weir-data/orders-0/00000000000000000000.log
@@ -150,6 +159,7 @@ fn main() -> ExitCode {
             block_on(consume::run(args))
         }
         Command::Bench { command } => block_on(bench::run(command)),
+        Command::Repair(args) => repair::run(&args),
         Command::DumpLog { file, records, format } => dump_log::run(&file, records, format),
     };
     match result {

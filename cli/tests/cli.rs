@@ -1,8 +1,10 @@
 //! The `weir` binary as a user runs it: `serve` plus the client commands of the
 //! README tour, consumer groups (`consume --group` commits its progress, `group
 //! describe` reports committed offsets and lag, `reset-offsets` and `delete` are
-//! refused while members exist), restarts (clean and `kill -9`), `dump-log`, and
-//! bad usage or bad input giving clear errors and the documented exit codes.
+//! refused while members exist), restarts (clean and `kill -9`), `dump-log`, a
+//! second broker refused on a live data directory, a fenced partition reported to
+//! consumers and brought back by `repair`, and bad usage or bad input giving clear
+//! errors and the documented exit codes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail loudly by design
 
@@ -550,5 +552,85 @@ fn a_transform_killed_mid_stream_produces_every_output_exactly_once() {
     seen.sort_unstable();
     assert_eq!(seen, (0..4000).collect::<Vec<u64>>(), "every input once, none twice");
     assert_eq!(broker.ok(&["transform", "delete", "route"], "").trim(), "deleted transform route");
+    broker.stop();
+}
+
+#[test]
+fn a_second_broker_on_a_live_data_directory_is_refused_and_the_first_keeps_its_records() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = Broker::start(temp.path());
+    broker.ok(&["topic", "create", "orders", "--partitions", "1"], "");
+    broker.ok(&["produce", "orders"], "one\ntwo\nthree\n");
+    let second = weir()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(temp.path())
+        .env_remove("WEIR_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    let holder = format!("is in use by another process (pid {})", broker.child.0.id());
+    assert!(stderr.contains(&holder), "{stderr}");
+    broker.ok(&["produce", "orders"], "four\n");
+    let read = ["consume", "orders", "--offset", "beginning", "--max-messages", "4"];
+    assert_eq!(broker.ok(&read, ""), "one\ntwo\nthree\nfour\n");
+    broker.stop();
+    let broker = Broker::start(temp.path());
+    assert_eq!(broker.ok(&read, ""), "one\ntwo\nthree\nfour\n");
+    broker.stop();
+}
+
+#[test]
+fn consuming_a_fenced_partition_fails_with_the_reason_and_repair_brings_it_back() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = Broker::start(temp.path());
+    broker.ok(&["topic", "create", "orders", "--partitions", "1"], "");
+    for value in ["first\n", "second\n", "third\n"] {
+        broker.ok(&["produce", "orders"], value); // one batch each
+    }
+    drop(broker); // SIGKILL: the next start scans the segment
+    let segment = temp.path().join("orders-0/00000000000000000000.log");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let (first_size, second_size) = {
+        let (first, rest) = abi::batch::BatchView::split_first(&bytes).unwrap();
+        (first.size_bytes(), abi::batch::BatchView::split_first(rest).unwrap().0.size_bytes())
+    };
+    let damaged = first_size + second_size - 2; // inside the second batch's last record
+    bytes[damaged] ^= 0x20;
+    std::fs::write(&segment, &bytes).unwrap();
+
+    let broker = Broker::start(temp.path());
+    let consume = ["consume", "orders", "--offset", "beginning", "--timeout-ms", "600000"];
+    let output = broker.run(&consume, "");
+    assert_eq!(output.status.code(), Some(1), "a fenced partition is an error, not silence");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("partition orders-0 is offline") && stderr.contains("CRC"), "{stderr}");
+    broker.stop();
+
+    let partition_dir = temp.path().join("orders-0");
+    let inspected = weir().arg("repair").arg(&partition_dir).output().unwrap();
+    assert_eq!(inspected.status.code(), Some(1), "damage found");
+    let report = String::from_utf8_lossy(&inspected.stdout);
+    let expected = format!("damage in segment 0 at byte {}", first_size);
+    assert!(report.contains(&expected) && report.contains("below offset 1 is intact"), "{report}");
+    assert_eq!(std::fs::read(&segment).unwrap(), bytes, "inspection writes nothing");
+
+    let broker = Broker::start(temp.path());
+    let refused = weir().args(["repair", "--truncate"]).arg(&partition_dir).output().unwrap();
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("in use by another process"), "broker running");
+    broker.stop();
+    let repaired = weir().args(["repair", "--truncate"]).arg(&partition_dir).output().unwrap();
+    assert!(repaired.status.success(), "{}", String::from_utf8_lossy(&repaired.stderr));
+    let aside = partition_dir.join(format!("00000000000000000000.log.torn-at-{}", first_size));
+    assert_eq!(std::fs::read(aside).unwrap(), bytes[first_size..], "the cut bytes are kept");
+
+    let broker = Broker::start(temp.path());
+    broker.ok(&["produce", "orders"], "fourth\n");
+    let read = ["consume", "orders", "--offset", "beginning", "--max-messages", "2", "--format", "json"];
+    let records: Vec<serde_json::Value> =
+        broker.ok(&read, "").lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let read_back: Vec<(i64, &str)> =
+        records.iter().map(|record| (record["offset"].as_i64().unwrap(), record["value"].as_str().unwrap())).collect();
+    assert_eq!(read_back, [(0, "first"), (1, "fourth")]);
     broker.stop();
 }

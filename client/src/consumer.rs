@@ -22,8 +22,10 @@
 //! an older generation are discarded, so nothing from before a seek is returned
 //! after it. A retriable error (leader moved, connection lost) refreshes
 //! metadata and backs the partition off; `OffsetOutOfRange` resets it to
-//! `auto_offset_reset`; any other error is handed to the next `poll` once, and
-//! the partition is fetched again (from the same offset) only after that.
+//! `auto_offset_reset`; any other error — and `StorageError`, an offline
+//! partition, which may need an operator — is handed to the next `poll` once, and
+//! the partition is fetched again (from the same offset, after a backoff) only
+//! after that.
 //!
 //! Group membership (`subscribe`, commits) arrives with consumer groups.
 
@@ -495,6 +497,16 @@ impl Inner {
                 state.generation_clock += 1;
                 assigned.generation = state.generation_clock;
                 assigned.fetch_from = FetchFrom::Resolve(reset);
+            }
+            (ErrorCode::StorageError, _) => {
+                // An offline partition (fenced by recovery, a failed disk) may stay so
+                // until an operator acts: tell the application, and try again later.
+                tracing::warn!(topic = %key.0, partition = key.1, %error, "partition offline");
+                assigned.backoff_until = Some(Instant::now() + assigned.backoff);
+                assigned.backoff = (assigned.backoff * 2).min(self.config.common.retry_backoff_max);
+                assigned.error = Some(error);
+                drop(guard);
+                self.arrived.notify_waiters();
             }
             _ if retriable => {
                 tracing::debug!(topic = %key.0, partition = key.1, %error, "fetch failed; backing off");

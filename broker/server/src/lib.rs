@@ -21,6 +21,8 @@
 //!   atomically (until the openraft controller replaces it);
 //! - [`config`]: [`BrokerConfig`] from defaults, a TOML file and overrides, and the
 //!   [`Limits`] of the RPC edge;
+//! - [`data_dir_lock`]: the exclusive lock that makes one process the owner of a
+//!   data directory;
 //! - [`log_dir`]: all partitions of a data directory, their recovery at start-up,
 //!   background retention and interval flushing, clean shutdown;
 //! - [`partition`]: one partition log shared by appenders, readers, the flusher and
@@ -55,6 +57,7 @@
 //! ```
 
 pub mod config;
+pub mod data_dir_lock;
 pub mod error;
 pub mod flusher;
 pub mod groups;

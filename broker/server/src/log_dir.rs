@@ -297,6 +297,18 @@ impl Shared {
             Partition::open(self.storage.clone(), name.to_owned(), dir, config, self.flusher.clone(), linger)?;
         let report = partition.with_log(|log| Ok(log.recovery_report().clone()))?;
         let repaired = report.segments_scanned > 0 || report.truncated_bytes > 0 || report.segments_removed > 0;
+        if let Some(tail) = &report.truncated_tail {
+            tracing::warn!(
+                partition = %name,
+                segment = tail.segment_base_offset,
+                position = tail.position,
+                log_end_offset = tail.offset,
+                truncated_bytes = tail.bytes,
+                moved_to = %tail.moved_to.display(),
+                reason = %tail.reason,
+                "cut a torn or garbage tail after an unclean stop; the bytes are kept aside"
+            );
+        }
         if !report.clean_shutdown && repaired {
             tracing::warn!(
                 partition = %name,

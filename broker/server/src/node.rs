@@ -30,6 +30,7 @@ use broker_core::log::{FlushPolicy, LogConfig};
 use broker_core::producer_state::{ProducerBatch, ProducerStates, SequenceCheck};
 
 use crate::config::{BrokerConfig, Limits};
+use crate::data_dir_lock::{DataDirLock, DataDirLockError};
 use crate::error::ApiError;
 use crate::groups::{GroupCoordinators, CONSUMER_OFFSETS_PARTITIONS, CONSUMER_OFFSETS_TOPIC};
 use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, PartitionDirFate};
@@ -168,6 +169,8 @@ pub struct TopicDescription {
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     #[error(transparent)]
+    DataDir(#[from] DataDirLockError),
+    #[error(transparent)]
     Metadata(#[from] MetadataError),
     #[error(transparent)]
     Log(#[from] broker_core::log::LogError),
@@ -221,16 +224,14 @@ pub struct Node {
     transforms: Transforms,
     /// Picks the partition of keyless records in `partition = -1` produces.
     round_robin: std::sync::atomic::AtomicU64,
+    /// Held for the node's life; declared last so it is released last.
+    _data_dir_lock: DataDirLock,
 }
 
 impl Node {
     /// Opens the data directory: metadata, then every partition of every topic.
     pub fn open(config: &BrokerConfig) -> Result<Node, NodeError> {
-        std::fs::create_dir_all(&config.data_dir).map_err(|source| MetadataError::Io {
-            op: "create",
-            path: config.data_dir.clone(),
-            source,
-        })?;
+        let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
         let metadata = MetadataStore::open(&config.data_dir)?;
         let mut log_configs = HashMap::new();
         for (name, record) in &metadata.metadata().topics {
@@ -275,6 +276,7 @@ impl Node {
             transforms: Transforms::open(&config.data_dir.join("plugins").join("transforms"))
                 .map_err(|error| NodeError::Plugins(error.message))?,
             round_robin: std::sync::atomic::AtomicU64::new(0),
+            _data_dir_lock: data_dir_lock,
         };
         node.groups = Some(node.load_group_coordinators()?);
         Ok(node)
@@ -1049,7 +1051,7 @@ fn open_slot(
 ) -> Slot {
     let name = format!("{topic}-{partition}");
     if let Some(reason) = offline.get(&name) {
-        return Slot::Offline { reason: reason.clone() };
+        return Slot::Offline { reason: format!("partition {name} is offline: {reason}") };
     }
     let opened = match log_dir.partition(&name) {
         Some(open) => Ok(open),
@@ -1059,7 +1061,7 @@ fn open_slot(
         Ok((producers, partition)) => Slot::Online { partition, producers: Mutex::new(producers) },
         Err(error) => {
             tracing::error!(partition = %name, %error, "partition offline");
-            Slot::Offline { reason: error.to_string() }
+            Slot::Offline { reason: format!("partition {name} is offline: {error}") }
         }
     }
 }
