@@ -224,8 +224,9 @@ pub struct Node {
     transforms: Transforms,
     /// Picks the partition of keyless records in `partition = -1` produces.
     round_robin: std::sync::atomic::AtomicU64,
-    /// Held for the node's life; declared last so it is released last.
-    _data_dir_lock: DataDirLock,
+    /// Held from `open` until `shutdown` has closed every partition (or the node
+    /// is dropped): no other process may open the data directory meanwhile.
+    data_dir_lock: Mutex<Option<DataDirLock>>,
 }
 
 impl Node {
@@ -276,7 +277,7 @@ impl Node {
             transforms: Transforms::open(&config.data_dir.join("plugins").join("transforms"))
                 .map_err(|error| NodeError::Plugins(error.message))?,
             round_robin: std::sync::atomic::AtomicU64::new(0),
-            _data_dir_lock: data_dir_lock,
+            data_dir_lock: Mutex::new(Some(data_dir_lock)),
         };
         node.groups = Some(node.load_group_coordinators()?);
         Ok(node)
@@ -381,6 +382,8 @@ impl Node {
                 tracing::error!(%partition, %error, "partition did not close cleanly");
             }
         }
+        // Everything is closed: another process (or a restarted node) may open it.
+        drop(lock(&self.data_dir_lock).take());
     }
 
     fn topics(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Topic>>> {
