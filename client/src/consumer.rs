@@ -392,6 +392,23 @@ impl Inner {
         self.wake.notify_one();
     }
 
+    /// Stops delivering `removed` and returns the positions they had, in one step:
+    /// no record of theirs is handed out after the positions are taken, so a
+    /// commit of them covers exactly what the application was given.
+    pub(crate) fn take_partitions(&self, removed: &[(String, i32)]) -> Vec<((String, i32), i64)> {
+        let mut state = self.lock();
+        let positions = removed
+            .iter()
+            .filter_map(|(topic, partition)| {
+                let assigned = state.partitions.remove(&(Arc::from(topic.as_str()), *partition))?;
+                Some(((topic.clone(), *partition), assigned.position?))
+            })
+            .collect();
+        drop(state);
+        self.wake.notify_one(); // drop a long poll that includes them
+        positions
+    }
+
     /// The position of every assigned partition that has one.
     pub(crate) fn positions(&self) -> Vec<((String, i32), i64)> {
         let state = self.lock();

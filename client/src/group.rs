@@ -5,9 +5,12 @@
 //! 1. join with the subscription (member epoch 0); the coordinator picks the
 //!    member id;
 //! 2. on every answer, partitions owned but no longer assigned are *revoked*:
-//!    their positions are committed (with auto-commit), the listener's
-//!    `on_revoked` runs, the consumer stops fetching them, and the next heartbeat
-//!    (sent at once) reports them gone — only then can another member get them;
+//!    the consumer stops delivering them and takes their positions in one step
+//!    (so nothing is handed out after the positions are read), commits those
+//!    positions (with auto-commit; retried until `request_timeout`), the
+//!    listener's `on_revoked` runs, and the next heartbeat (sent at once) reports
+//!    them gone — only then can another member get them, and it starts at the
+//!    commit, so a graceful hand-over delivers no record twice;
 //! 3. newly assigned partitions start at their committed offset (or
 //!    `auto.offset.reset`), the listener's `on_assigned` runs;
 //! 4. otherwise heartbeat every `heartbeat_interval` the coordinator asks for, and
@@ -15,8 +18,8 @@
 //! 5. fenced (unknown member, fenced epoch): the partitions are lost (no commit:
 //!    someone else may own them), `on_revoked` runs, and the member rejoins;
 //!    transport errors back off and retry within the session timeout;
-//! 6. `close` commits (with auto-commit) and leaves (member epoch -1), so the
-//!    partitions move at once.
+//! 6. `close` stops delivery, commits (with auto-commit) what was delivered, and
+//!    leaves (member epoch -1), so the partitions move at once.
 //!
 //! Commits carry the member epoch; the coordinator refuses them from a member that
 //! was fenced, so a zombie never overwrites a newer commit.
@@ -79,11 +82,9 @@ impl Membership {
         if state.member_id.is_empty() {
             return;
         }
-        if inner.config.auto_commit {
-            if let Err(error) = commit_positions(inner, &self.group_id, &state, None).await {
-                tracing::warn!(group = %self.group_id, %error, "commit on close failed");
-            }
-        }
+        let owned: Vec<Key> = state.owned.iter().cloned().collect();
+        let positions = inner.take_partitions(&owned);
+        commit_released(inner, &self.group_id, &state, positions).await;
         let request = Beat { member_epoch: LEAVE, ..Beat::new(&self.group_id, &state) };
         if let Err(error) = heartbeat(&inner.cluster, &request, inner.config.common.request_timeout).await {
             tracing::debug!(group = %self.group_id, %error, "leave failed; the session will time out");
@@ -187,9 +188,9 @@ impl Consumer {
     /// Commits the position of every partition this member owns (the offset of
     /// the next record `poll` returns), and waits for the coordinator.
     pub async fn commit(&self) -> Result<(), ClientError> {
-        self.with_current_epoch(|group_id, state| async move {
-            commit_positions(self.inner(), &group_id, &state, None).await
-        })
+        self.with_current_epoch(
+            |group_id, state| async move { commit_positions(self.inner(), &group_id, &state).await },
+        )
         .await
     }
 
@@ -268,19 +269,12 @@ impl Consumer {
     }
 }
 
-/// Commits the positions of `state.owned` (or of `only`).
-async fn commit_positions(
-    inner: &Arc<Inner>,
-    group_id: &str,
-    state: &MemberState,
-    only: Option<&BTreeSet<Key>>,
-) -> Result<(), ClientError> {
+/// Commits the positions of `state.owned` (of every assigned partition outside a group).
+async fn commit_positions(inner: &Arc<Inner>, group_id: &str, state: &MemberState) -> Result<(), ClientError> {
     let positions: Vec<(Key, i64)> = inner
         .positions()
         .into_iter()
-        .filter(|(key, _)| {
-            only.map_or(state.owned.contains(key) || state.member_id.is_empty(), |only| only.contains(key))
-        })
+        .filter(|(key, _)| state.owned.contains(key) || state.member_id.is_empty())
         .collect();
     if positions.is_empty() {
         return Ok(());
@@ -288,6 +282,33 @@ async fn commit_positions(
     let positions: Vec<(Key, i64, String)> =
         positions.into_iter().map(|(key, offset)| (key, offset, String::new())).collect();
     commit_call(&inner.cluster, group_id, &state.member_id, state.member_epoch, &positions).await
+}
+
+/// Commits (with auto-commit) the final `positions` of partitions this member
+/// gives up, retrying retriable failures until `request_timeout`: a lost commit
+/// means the next owner reads those records again.
+async fn commit_released(inner: &Arc<Inner>, group_id: &str, state: &MemberState, positions: Vec<(Key, i64)>) {
+    if !inner.config.auto_commit || positions.is_empty() {
+        return;
+    }
+    let offsets: Vec<(Key, i64, String)> =
+        positions.into_iter().map(|(key, offset)| (key, offset, String::new())).collect();
+    let deadline = tokio::time::Instant::now() + inner.config.common.request_timeout;
+    let mut backoff = inner.config.common.retry_backoff;
+    loop {
+        match commit_call(&inner.cluster, group_id, &state.member_id, state.member_epoch, &offsets).await {
+            Ok(()) => return,
+            Err(error) if error.is_retriable() && tokio::time::Instant::now() + backoff < deadline => {
+                tracing::debug!(group = %group_id, %error, "commit of released partitions failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(inner.config.common.retry_backoff_max);
+            }
+            Err(error) => {
+                tracing::warn!(group = %group_id, %error, "commit of released partitions failed; their next owner re-reads from the last commit");
+                return;
+            }
+        }
+    }
 }
 
 /// What a member subscribes to.
@@ -386,7 +407,7 @@ async fn run_membership(
         };
         if config.auto_commit && last_commit.elapsed() >= config.auto_commit_interval && !state.member_id.is_empty() {
             last_commit = tokio::time::Instant::now();
-            if let Err(error) = commit_positions(&inner, &group_id, &state, None).await {
+            if let Err(error) = commit_positions(&inner, &group_id, &state).await {
                 tracing::debug!(group = %group_id, %error, "auto-commit failed");
             }
             wait = wait.min(config.auto_commit_interval);
@@ -411,13 +432,9 @@ async fn apply(
     let revoked: BTreeSet<Key> = state.owned.difference(&answer.assignment).cloned().collect();
     let added: Vec<Key> = answer.assignment.difference(&state.owned).cloned().collect();
     if !revoked.is_empty() {
-        if inner.config.auto_commit {
-            if let Err(error) = commit_positions(inner, group_id, state, Some(&revoked)).await {
-                tracing::warn!(group = %group_id, %error, "commit before revocation failed");
-            }
-        }
         let revoked: Vec<Key> = revoked.into_iter().collect();
-        inner.change_assignment(&[], &revoked);
+        let positions = inner.take_partitions(&revoked);
+        commit_released(inner, group_id, state, positions).await;
         if let Some(listener) = listener {
             listener.on_revoked(&revoked);
         }
