@@ -429,6 +429,8 @@ async fn apply(
     listener: Option<&dyn RebalanceListener>,
 ) -> bool {
     state.member_id = answer.member_id;
+    // The answer's epoch is the coordinator's current one: commits from here on carry it.
+    state.member_epoch = answer.member_epoch;
     let revoked: BTreeSet<Key> = state.owned.difference(&answer.assignment).cloned().collect();
     let added: Vec<Key> = answer.assignment.difference(&state.owned).cloned().collect();
     if !revoked.is_empty() {
@@ -439,7 +441,6 @@ async fn apply(
             listener.on_revoked(&revoked);
         }
     }
-    state.member_epoch = answer.member_epoch;
     if !added.is_empty() {
         let committed = fetch_committed(&inner.cluster, group_id, &added).await.unwrap_or_else(|error| {
             tracing::warn!(group = %group_id, %error, "fetching committed offsets failed; starting from auto.offset.reset");

@@ -1,8 +1,9 @@
 //! Consumer groups with real consumers against the real broker: a group splits
 //! the partitions (each record to one member), another group gets everything, a
 //! member that dies without leaving loses its partitions within the session
-//! timeout without losing records (commits after processing), and a joining
-//! member takes partitions without the others losing theirs.
+//! timeout without losing records (commits after processing), a joining
+//! member takes partitions without the others losing theirs, and members joining
+//! while one reads hand partitions over without delivering a record twice.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -294,5 +295,77 @@ async fn group_state_survives_a_snapshot_and_a_restart() {
     assert!(admin.describe_group("gone").await.is_err(), "a deleted group stays deleted");
     let offsets: Vec<i64> = after.0.offsets.iter().map(|offset| offset.offset).collect();
     assert_eq!(offsets, [200, 201, 202]);
+    broker.stop().await;
+}
+
+/// Members that join together while the first to arrive is reading: it owns
+/// everything, prefetches, and gives partitions up as the others arrive. Whatever it was handed before a
+/// partition moved is committed before the move, and nothing after, so the group
+/// delivers every record exactly once (issue 20: a poll that ran while the
+/// revocation commit was in flight handed out records the next owner read again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_joining_together_deliver_each_record_once() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("events", 6)).await.unwrap();
+    let producer = Producer::new(broker.producer_config()).unwrap();
+    let records = (0..6000).map(|index| ProducerRecord::new("events", format!("{index}")).key(format!("k{index}")));
+    for delivery in records.map(|record| producer.send(record)).collect::<Vec<_>>() {
+        delivery.await.unwrap();
+    }
+    for run in 0..12 {
+        let group = format!("together-{run}");
+        let delivered: Arc<Mutex<Vec<(i32, i64)>>> = Arc::default();
+        let mut members = Vec::new();
+        for index in 0..3 {
+            if index == 1 {
+                // The others join once the first is reading: it must give up
+                // partitions whose records it holds.
+                wait_until("the first member is reading", || async { !delivered.lock().unwrap().is_empty() }).await;
+            }
+            let config = ConsumerConfig {
+                auto_commit: true,
+                poll_records_max: 5,
+                ..group_config_with(&broker, &group, SHORT_SESSION)
+            };
+            let consumer = Arc::new(Consumer::new(config).unwrap());
+            let task = tokio::spawn({
+                let (consumer, delivered) = (consumer.clone(), delivered.clone());
+                async move {
+                    consumer.subscribe(&["events".to_owned()], None).await.unwrap();
+                    loop {
+                        let records = consumer.poll(Duration::from_millis(20)).await.unwrap_or_default();
+                        delivered
+                            .lock()
+                            .unwrap()
+                            .extend(records.iter().map(|record| (record.partition, record.offset)));
+                        // Processing takes a while: the first member still holds
+                        // prefetched records when the others' joins reach it.
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
+            });
+            members.push((consumer, task));
+        }
+        wait_until("the group settled and delivered every record", || async {
+            let settled = members.iter().all(|(consumer, _)| consumer.assignment().len() == 2);
+            let distinct: BTreeSet<(i32, i64)> = delivered.lock().unwrap().iter().copied().collect();
+            settled && distinct.len() == 6000
+        })
+        .await;
+        for (consumer, task) in members {
+            task.abort();
+            let _ = task.await;
+            consumer.close().await;
+        }
+        let delivered = delivered.lock().unwrap().clone();
+        let distinct: BTreeSet<(i32, i64)> = delivered.iter().copied().collect();
+        assert_eq!(
+            delivered.len(),
+            distinct.len(),
+            "run {run}: {} record(s) delivered twice",
+            delivered.len() - distinct.len()
+        );
+    }
     broker.stop().await;
 }
