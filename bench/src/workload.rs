@@ -238,6 +238,21 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
 }
 
+/// Longest wait for a system's first acknowledgement before a window opens:
+/// generous, so a loaded machine delays a run instead of failing it (a smoke run's
+/// one-second window then still sees records move).
+const FIRST_ACK_WAIT_MAX: Duration = Duration::from_secs(120);
+
+/// Sends one record to partition 0 and waits for its acknowledgement, so the
+/// measured window opens on a system that is already acknowledging.
+async fn first_ack(publisher: &dyn Publisher, record_bytes: usize) -> anyhow::Result<()> {
+    let payload = vec![0u8; record_bytes];
+    let acknowledged = async { publisher.send(0, &payload).await?.await };
+    tokio::time::timeout(FIRST_ACK_WAIT_MAX, acknowledged)
+        .await
+        .with_context(|| format!("no acknowledgement within {} s", FIRST_ACK_WAIT_MAX.as_secs()))?
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Window {
     start: Instant,
@@ -404,7 +419,9 @@ async fn max_rate(
     };
     let mut publishers = Vec::with_capacity(producers);
     for _ in 0..producers {
-        publishers.push(target.driver.publisher(topic, spec).await?);
+        let publisher = target.driver.publisher(topic, spec).await?;
+        first_ack(publisher.as_ref(), shape.record_bytes).await?;
+        publishers.push(publisher);
     }
     let window = Window::after_warmup(settings);
     let tasks: Vec<_> =
@@ -438,6 +455,7 @@ async fn fixed_rate(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
     // (librdkafka resolves the end offset lazily, on its first fetch).
     subscriber.poll(Duration::from_millis(500), &mut |_| {}).await?;
     let publisher = target.driver.publisher(topic, spec).await?;
+    first_ack(publisher.as_ref(), shape.record_bytes).await?; // stamped 0: before the window
     let window = Window::after_warmup(settings);
     // The same instant as `window.start`: the producer counts what it sends from
     // then on, the consumer what is stamped from then on.
@@ -494,6 +512,7 @@ async fn fixed_rate(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
 async fn round_trip(topic: &TopicSpec, target: Target<'_>, settings: &Settings) -> anyhow::Result<Measurement> {
     let publisher = target.driver.publisher(topic, producer_spec(topic.durability, Duration::ZERO)).await?;
     let payload = vec![0x62u8; WorkloadId::RoundTrip.record_bytes()];
+    first_ack(publisher.as_ref(), payload.len()).await?;
     let window = Window::after_warmup(settings);
     let mut latencies = histogram();
     let mut before = None;
