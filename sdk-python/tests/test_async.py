@@ -43,23 +43,66 @@ def test_async_round_trip_keeps_order_and_key_partitioning(broker):
 
 
 def test_a_cancelled_poll_loses_no_records(broker):
-    weir.Admin(broker).create_topics([weir.NewTopic("late")])
-
-    async def main():
+    # The cancelled poll's records may land while the next poll_batch runs (its
+    # done callback not yet run): 30 rounds catch the ordering where they were
+    # missed (7 of 60 rounds before the fix).
+    async def round_trip(topic):
         consumer = weir.aio.AsyncConsumer(broker)
-        await consumer.assign([("late", 0)])
-        consumer.seek("late", 0, "beginning")
+        await consumer.assign([(topic, 0)])
+        consumer.seek(topic, 0, "beginning")
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(consumer.poll_batch(timeout=5.0), 0.2)  # the long poll stays in flight
         async with weir.aio.AsyncProducer(broker) as producer:
-            await asyncio.gather(*(producer.send("late", f"r{i}".encode()) for i in range(5)))
+            await asyncio.gather(*(producer.send(topic, f"r{i}".encode()) for i in range(5)))
         received = []
-        for _ in range(20):
+        for _ in range(40):
             received += await consumer.poll_batch(timeout=0.5)
             if len(received) >= 5:
                 break
+        assert [m.value for m in received] == [f"r{i}".encode() for i in range(5)], topic
+        assert consumer.position(topic, 0) == 5
+        await consumer.close()
+
+    for round_index in range(30):
+        weir.Admin(broker).create_topics([weir.NewTopic(f"late{round_index}")])
+        asyncio.run(round_trip(f"late{round_index}"))
+
+
+def test_a_seek_after_a_cancelled_poll_reads_each_record_once(broker):
+    weir.Admin(broker).create_topics([weir.NewTopic("again")])
+
+    async def main():
+        consumer = weir.aio.AsyncConsumer(broker)
+        await consumer.assign([("again", 0)])
+        consumer.seek("again", 0, "beginning")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(consumer.poll_batch(timeout=30.0), 0.2)
+        async with weir.aio.AsyncProducer(broker) as producer:
+            await asyncio.gather(*(producer.send("again", f"r{i}".encode()) for i in range(5)))
+        # The poll still in flight may already hold r0..r4: they belong to before the seek.
+        consumer.seek("again", 0, "beginning")
+        received = []
+        for _ in range(40):
+            received += await consumer.poll_batch(timeout=0.5)
+            if len(received) >= 5:
+                break
+        received += await consumer.poll_batch(timeout=0.5)  # nothing more may come
         assert [m.value for m in received] == [f"r{i}".encode() for i in range(5)]
-        assert consumer.position("late", 0) == 5
+        await consumer.close()
+
+    asyncio.run(main())
+
+
+def test_a_poll_waits_its_own_timeout_not_that_of_a_cancelled_one(broker):
+    weir.Admin(broker).create_topics([weir.NewTopic("idle")])
+
+    async def main():
+        consumer = weir.aio.AsyncConsumer(broker)
+        await consumer.assign([("idle", 0)])
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(consumer.poll_batch(timeout=600.0), 0.2)
+        # A generous bound that still tells 0.1 s from the 600 s poll left in flight.
+        assert await asyncio.wait_for(consumer.poll_batch(timeout=0.1), 300) == []
         await consumer.close()
 
     asyncio.run(main())

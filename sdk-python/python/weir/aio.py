@@ -142,7 +142,9 @@ class AsyncConsumer:
     """The asyncio :class:`weir.Consumer`. ``topics`` subscribes on ``async with``
     entry (or call :meth:`subscribe`/:meth:`assign`); ``async for`` yields every
     record. A poll that is cancelled (e.g. by ``asyncio.wait_for``) loses
-    nothing: its records come with the next one."""
+    nothing: its records come with the next one, which waits no longer than its
+    own timeout. A seek also applies to a poll left in flight: nothing from
+    before the seek is returned after it."""
 
     def __init__(self, bootstrap_servers: str = "127.0.0.1:9292", *, topics: Optional[Sequence[str]] = None,
                  group_id: Optional[str] = None, auto_offset_reset: Optional[str] = None,
@@ -159,7 +161,10 @@ class AsyncConsumer:
         self._completions = _LoopCompletions()
         self._topics = list(topics) if topics else None
         self._buffer: collections.deque[Message] = collections.deque()
+        # The one native poll in flight, and what was sought since it started
+        # (partition -> offset; every partition under None): see _landed.
         self._in_flight: Optional[asyncio.Future] = None
+        self._sought: dict[Optional[Partition], "int | str"] = {}
         self._error: Optional[BaseException] = None
         self._on_assign: Optional[AsyncRebalanceCallback] = None
         self._on_revoke: Optional[AsyncRebalanceCallback] = None
@@ -183,16 +188,24 @@ class AsyncConsumer:
         """``offset``: a number, ``"beginning"`` or ``"end"``."""
         self._buffer = collections.deque(m for m in self._buffer if (m.topic, m.partition) != (topic, partition))
         self._native.seek(topic, partition, offset)
+        if self._in_flight is not None:
+            self._sought[(topic, partition)] = offset
 
     def seek_to_beginning(self) -> None:
-        self._buffer.clear()
-        self._native.seek_all("beginning")
+        self._seek_all("beginning")
 
     def seek_to_end(self) -> None:
+        self._seek_all("end")
+
+    def _seek_all(self, offset: str) -> None:
         self._buffer.clear()
-        self._native.seek_all("end")
+        self._native.seek_all(offset)
+        if self._in_flight is not None:
+            self._sought = {None: offset}
 
     def position(self, topic: str, partition: int) -> Optional[int]:
+        if self._in_flight is not None and self._in_flight.done():
+            self._landed(self._in_flight)
         first = next((m.offset for m in self._buffer if (m.topic, m.partition) == (topic, partition)), None)
         return first if first is not None else self._native.position(topic, partition)
 
@@ -205,13 +218,31 @@ class AsyncConsumer:
             self._native.resume(topic, partition)
 
     def _landed(self, future: asyncio.Future) -> None:
+        """Takes a finished native poll's result into the buffer, once: from its
+        done callback or, sooner, from whoever finds it done (awaiting a done
+        future does not yield, so the callback may not have run yet)."""
+        if future is not self._in_flight:
+            return
         self._in_flight = None
+        sought, self._sought = self._sought, {}
         if future.cancelled():
             return
         if future.exception() is not None:
             self._error = future.exception()
-        else:
-            self._buffer.extend(future.result())
+            return
+        messages = future.result()
+        if sought:
+            # The poll may hold records from before a seek that came after it
+            # started (drop them) or from after it (the native position moved past
+            # them): drop both and seek again, so the core reads them once more.
+            if None in sought:
+                messages = []
+                self._native.seek_all(sought[None])
+            else:
+                messages = [m for m in messages if (m.topic, m.partition) not in sought]
+                for (topic, partition), offset in sought.items():
+                    self._native.seek(topic, partition, offset)
+        self._buffer.extend(messages)
 
     async def _fill(self, timeout: float) -> None:
         if not self._buffer and self._error is None:
@@ -219,12 +250,12 @@ class AsyncConsumer:
                 self._in_flight = _start(self._completions,
                                          lambda queue, token: self._native.poll_batch(timeout, queue, token))
                 self._in_flight.add_done_callback(self._landed)
-            try:
-                await asyncio.shield(self._in_flight)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                pass  # kept in self._error by _landed
+            in_flight = self._in_flight
+            # Waits at most this call's timeout (a poll left in flight by a
+            # cancelled call may have a longer one) and never cancels it.
+            await asyncio.wait({in_flight}, timeout=timeout)
+            if in_flight.done():
+                self._landed(in_flight)
         for kind, partitions in self._native.rebalance_events():
             callback = self._on_assign if kind == "assigned" else self._on_revoke
             if callback is not None:
