@@ -246,12 +246,24 @@ impl Consumer {
     /// of them (an empty list when none came). A partition's error is returned
     /// once, by the first poll that sees it.
     pub async fn poll(&self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ClientError> {
+        self.poll_at_most(timeout, self.inner.config.poll_records_max).await
+    }
+
+    /// [`Consumer::poll`] returning at most `records_max` records (and at most
+    /// `poll_records_max`): what a binding that hands out one record at a time
+    /// uses, so the position never runs ahead of what the application was given.
+    pub async fn poll_at_most(
+        &self,
+        timeout: Duration,
+        records_max: usize,
+    ) -> Result<Vec<ConsumerRecord>, ClientError> {
+        let records_max = records_max.clamp(1, self.inner.config.poll_records_max);
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let arrived = self.inner.arrived.notified();
             tokio::pin!(arrived);
             arrived.as_mut().enable();
-            if let Some(outcome) = self.take_records() {
+            if let Some(outcome) = self.take_records(records_max) {
                 return outcome;
             }
             if tokio::time::timeout_at(deadline, arrived).await.is_err() {
@@ -260,8 +272,7 @@ impl Consumer {
         }
     }
 
-    fn take_records(&self) -> Option<Result<Vec<ConsumerRecord>, ClientError>> {
-        let records_max = self.inner.config.poll_records_max;
+    fn take_records(&self, records_max: usize) -> Option<Result<Vec<ConsumerRecord>, ClientError>> {
         let mut state = self.inner.lock();
         let partition_count = state.partitions.len();
         if partition_count == 0 {

@@ -183,12 +183,23 @@ impl Consumer {
         self.inner.resume(topic, partition);
     }
 
-    /// Records that arrived within `timeout` seconds (at most `max.poll.records`).
-    #[pyo3(signature = (timeout=1.0, queue=None, token=0))]
-    fn poll_batch(&self, py: Python<'_>, timeout: f64, queue: Target<'_>, token: u64) -> PyResult<Py<PyAny>> {
+    /// Records that arrived within `timeout` seconds (at most `max.poll.records`,
+    /// and at most `max_records`).
+    #[pyo3(signature = (timeout=1.0, queue=None, token=0, max_records=None))]
+    fn poll_batch(
+        &self,
+        py: Python<'_>,
+        timeout: f64,
+        queue: Target<'_>,
+        token: u64,
+        max_records: Option<usize>,
+    ) -> PyResult<Py<PyAny>> {
         let consumer = self.inner.clone();
         let wait = Duration::from_secs_f64(timeout.max(0.0));
-        call(py, target(queue, token), async move { Ok(Completion::Records(consumer.poll(wait).await?)) })
+        call(py, target(queue, token), async move {
+            let records = consumer.poll_at_most(wait, max_records.unwrap_or(usize::MAX)).await?;
+            Ok(Completion::Records(records))
+        })
     }
 
     /// Commits every owned partition's position, or exactly `offsets`

@@ -21,7 +21,6 @@ Blocking calls release the GIL and can be interrupted with Ctrl-C.
 from __future__ import annotations
 
 import atexit
-import collections
 import concurrent.futures
 import itertools
 import select
@@ -319,7 +318,6 @@ class Consumer:
                              group_instance_id=group_instance_id, fetch_max_bytes=fetch_max_bytes,
                              client_id=client_id)
         self._native = _native.Consumer(bootstrap_servers, settings)
-        self._buffer: collections.deque[Message] = collections.deque()
         self._on_assign: Optional[RebalanceCallback] = None
         self._on_revoke: Optional[RebalanceCallback] = None
         _open_clients.add(self)
@@ -348,7 +346,6 @@ class Consumer:
 
     def seek(self, topic: str, partition: int, offset: "int | str") -> None:
         """``offset``: a number, ``"beginning"`` or ``"end"``."""
-        self._buffer = collections.deque(m for m in self._buffer if (m.topic, m.partition) != (topic, partition))
         self._native.seek(topic, partition, offset)
 
     def seek_to_beginning(self, partitions: Optional[Sequence[Partition]] = None) -> None:
@@ -361,7 +358,6 @@ class Consumer:
 
     def _seek_many(self, partitions: Optional[Sequence[Partition]], offset: str) -> None:
         if partitions is None:
-            self._buffer.clear()
             self._native.seek_all(offset)
         else:
             for topic, partition in partitions:
@@ -369,8 +365,7 @@ class Consumer:
 
     def position(self, topic: str, partition: int) -> Optional[int]:
         """The offset of the next record :meth:`poll` returns for the partition."""
-        first = next((m.offset for m in self._buffer if (m.topic, m.partition) == (topic, partition)), None)
-        return first if first is not None else self._native.position(topic, partition)
+        return self._native.position(topic, partition)
 
     def pause(self, partitions: Sequence[Partition]) -> None:
         for topic, partition in partitions:
@@ -382,19 +377,17 @@ class Consumer:
 
     def poll_batch(self, timeout: float = 1.0) -> list[Message]:
         """Records that arrived within ``timeout`` seconds (possibly none)."""
-        if not self._buffer:
-            self._buffer.extend(self._native.poll_batch(timeout))
+        batch = self._native.poll_batch(timeout)
         self._dispatch_rebalances()
-        batch = list(self._buffer)
-        self._buffer.clear()
         return batch
 
     def poll(self, timeout: float = 1.0) -> Optional[Message]:
-        """One record, or ``None`` when none arrived within ``timeout`` seconds."""
-        if not self._buffer:
-            self._buffer.extend(self._native.poll_batch(timeout))
+        """One record, or ``None`` when none arrived within ``timeout`` seconds.
+        The core hands out exactly one, so commits (and a group hand-over) never
+        cover a record the application was not given."""
+        batch = self._native.poll_batch(timeout, max_records=1)
         self._dispatch_rebalances()
-        return self._buffer.popleft() if self._buffer else None
+        return batch[0] if batch else None
 
     def __iter__(self) -> Iterator[Message]:
         """Every record, forever (stop with ``break`` or Ctrl-C)."""

@@ -87,7 +87,11 @@ class Consumer:
     def pause(self, topic: str, partition: int) -> None: ...
     def resume(self, topic: str, partition: int) -> None: ...
     def poll_batch(
-        self, timeout: float = 1.0, queue: Optional[CompletionQueue] = None, token: int = 0
+        self,
+        timeout: float = 1.0,
+        queue: Optional[CompletionQueue] = None,
+        token: int = 0,
+        max_records: Optional[int] = None,
     ) -> Optional[list[Message]]: ...
     def commit(
         self,

@@ -244,11 +244,11 @@ class AsyncConsumer:
                     self._native.seek(topic, partition, offset)
         self._buffer.extend(messages)
 
-    async def _fill(self, timeout: float) -> None:
+    async def _fill(self, timeout: float, max_records: Optional[int] = None) -> None:
         if not self._buffer and self._error is None:
             if self._in_flight is None:
-                self._in_flight = _start(self._completions,
-                                         lambda queue, token: self._native.poll_batch(timeout, queue, token))
+                self._in_flight = _start(self._completions, lambda queue, token: self._native.poll_batch(
+                    timeout, queue, token, max_records=max_records))
                 self._in_flight.add_done_callback(self._landed)
             in_flight = self._in_flight
             # Waits at most this call's timeout (a poll left in flight by a
@@ -275,7 +275,7 @@ class AsyncConsumer:
 
     async def poll(self, timeout: float = 1.0) -> Optional[Message]:
         """One record, or ``None`` when none arrived within ``timeout`` seconds."""
-        await self._fill(timeout)
+        await self._fill(timeout, max_records=1)
         return self._buffer.popleft() if self._buffer else None
 
     def __aiter__(self) -> AsyncIterator[Message]:
@@ -298,7 +298,15 @@ class AsyncConsumer:
                             lambda queue, token: self._native.committed(topic, partition, queue, token))
 
     async def close(self) -> None:
-        """Leaves the group (committing first with auto-commit) and stops fetching."""
+        """Leaves the group (committing first with auto-commit) and stops fetching.
+        Records a cancelled poll brought that were never returned are given back
+        first, so the commit does not cover them."""
+        if self._in_flight is not None and self._in_flight.done():
+            self._landed(self._in_flight)
+        for topic, partition in dict.fromkeys((m.topic, m.partition) for m in self._buffer):
+            first = next(m.offset for m in self._buffer if (m.topic, m.partition) == (topic, partition))
+            self._native.seek(topic, partition, first)
+        self._buffer.clear()
         try:
             await _start(self._completions, lambda queue, token: self._native.close(queue, token))
         finally:
