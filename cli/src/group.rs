@@ -170,6 +170,7 @@ fn describe_json(description: &GroupDescription, lags: &[PartitionLag], total_la
         "members": members,
         "partitions": partitions,
         "total_lag": total_lag,
+        "partitions_without_commit": lags.iter().filter(|lag| lag.lag.is_none()).count(),
     })
 }
 
@@ -210,6 +211,12 @@ fn describe_text(description: &GroupDescription, lags: &[PartitionLag], total_la
     }));
     text.push_str(&table(&rows));
     text.push_str(&format!("total lag: {total_lag}"));
+    let unknown = lags.iter().filter(|lag| lag.lag.is_none()).count();
+    if unknown > 0 {
+        text.push_str(&format!(
+            " (not counting {unknown} partition(s) without a committed offset: their lag is unknown)"
+        ));
+    }
     text
 }
 
@@ -279,7 +286,33 @@ fn table(rows: &[Vec<String>]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::table;
+    use super::{describe_text, table};
+    use client::{GroupDescription, PartitionLag};
+
+    #[test]
+    fn the_lag_total_says_which_partitions_it_cannot_count() {
+        let description = GroupDescription {
+            group_id: "billing".to_owned(),
+            state: "Stable".to_owned(),
+            group_epoch: 1,
+            assignor: "range".to_owned(),
+            members: Vec::new(),
+            offsets: Vec::new(),
+        };
+        let lag = |partition, committed: Option<i64>| PartitionLag {
+            topic: "orders".to_owned(),
+            partition,
+            committed,
+            log_end_offset: 7,
+            lag: committed.map(|committed| 7 - committed),
+            owner: None,
+        };
+        let text = describe_text(&description, &[lag(0, Some(5)), lag(1, None), lag(2, None)], 2);
+        let last = text.lines().last().unwrap_or_default();
+        assert_eq!(last, "total lag: 2 (not counting 2 partition(s) without a committed offset: their lag is unknown)");
+        let text = describe_text(&description, &[lag(0, Some(5))], 2);
+        assert_eq!(text.lines().last(), Some("total lag: 2"));
+    }
 
     #[test]
     fn table_aligns_columns_and_leaves_the_last_unpadded() {

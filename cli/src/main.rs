@@ -165,8 +165,43 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", error_chain(&error));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes joined by `: `, skipping a cause whose text the
+/// message before it already ends with (many errors print their source too).
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.ends_with(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot listen on 127.0.0.1:9292: {source}")]
+    struct Bind {
+        #[source]
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_the_message_already_ends_with_is_printed_once() {
+        let source = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address already in use (os error 98)");
+        let error = anyhow::Error::from(Bind { source });
+        assert_eq!(error_chain(&error), "cannot listen on 127.0.0.1:9292: Address already in use (os error 98)");
+        let error = anyhow::anyhow!("disk full").context("writing the checkpoint");
+        assert_eq!(error_chain(&error), "writing the checkpoint: disk full");
     }
 }
