@@ -2,6 +2,7 @@
 //! idempotent producer; prints how many records were acknowledged.
 
 use std::io::BufRead;
+use std::time::Duration;
 
 use anyhow::Context;
 use client::{Acks, Producer, ProducerConfig, ProducerRecord};
@@ -28,6 +29,10 @@ pub struct ProduceArgs {
     /// A header of every record (repeatable).
     #[arg(long = "header", value_name = "KEY=VALUE", value_parser = key_value)]
     headers: Vec<(String, String)>,
+    /// How long a record may take to be acknowledged, retries included, before it
+    /// counts as failed (Kafka's delivery.timeout.ms).
+    #[arg(long, value_name = "MS", default_value_t = 120_000)]
+    delivery_timeout_ms: u64,
     #[command(flatten)]
     client: ClientArgs,
 }
@@ -51,27 +56,33 @@ fn parse_acks(value: &str) -> Result<Acks, String> {
 }
 
 pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
-    let config = ProducerConfig { common: args.client.common(), acks: args.acks, ..ProducerConfig::default() };
+    let config = ProducerConfig {
+        common: args.client.common(),
+        acks: args.acks,
+        delivery_timeout: Duration::from_millis(args.delivery_timeout_ms),
+        ..ProducerConfig::default()
+    };
     let producer = Producer::new(config)?;
     let (mut acknowledged, mut failures) = (0usize, Vec::new());
     let mut deliveries = std::collections::VecDeque::new();
+    // A failure that stops reading stdin; what was sent before it is still counted.
+    let mut stopped: Option<anyhow::Error> = None;
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
-        let line = line.context("reading stdin")?;
-        let (key, value) = match (&args.key, &args.key_separator) {
-            (Some(key), _) => (Some(key.clone()), line),
-            (None, Some(separator)) => match line.split_once(separator.as_str()) {
-                Some((key, value)) => (Some(key.to_owned()), value.to_owned()),
-                None => (None, line),
-            },
-            (None, None) => (None, line),
+        let line = match line.context("reading stdin") {
+            Ok(line) => line,
+            Err(error) => {
+                stopped = Some(error);
+                break;
+            }
         };
-        let mut record = ProducerRecord::new(args.topic.clone(), value);
-        record.key = key.map(String::into_bytes);
-        record.partition = args.partition;
-        record.headers =
-            args.headers.iter().map(|(key, value)| (key.clone(), Some(value.clone().into_bytes()))).collect();
-        deliveries.push_back(producer.send(record).await?);
+        match producer.send(record_of(&args, line)).await {
+            Ok(delivery) => deliveries.push_back(delivery),
+            Err(error) => {
+                stopped = Some(error.into());
+                break;
+            }
+        }
         // Count acknowledgements as they come: a bounded window, not one future
         // per line of a long input.
         while deliveries.len() > DELIVERIES_IN_FLIGHT_MAX {
@@ -87,8 +98,29 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     print(args.client.format, json!({"acknowledged": acknowledged, "failed": failures.len()}), || {
         format!("{acknowledged} record(s) acknowledged")
     });
-    if let Some(first) = failures.first() {
-        anyhow::bail!("{} record(s) failed; first error: {first}", failures.len());
+    match (stopped, failures.first()) {
+        (Some(error), _) => Err(error.context(format!(
+            "stopped reading stdin after {acknowledged} acknowledged and {} failed record(s)",
+            failures.len()
+        ))),
+        (None, Some(first)) => anyhow::bail!("{} record(s) failed; first error: {first}", failures.len()),
+        (None, None) => Ok(()),
     }
-    Ok(())
+}
+
+/// The record for one line of stdin.
+fn record_of(args: &ProduceArgs, line: String) -> ProducerRecord {
+    let (key, value) = match (&args.key, &args.key_separator) {
+        (Some(key), _) => (Some(key.clone()), line),
+        (None, Some(separator)) => match line.split_once(separator.as_str()) {
+            Some((key, value)) => (Some(key.to_owned()), value.to_owned()),
+            None => (None, line),
+        },
+        (None, None) => (None, line),
+    };
+    let mut record = ProducerRecord::new(args.topic.clone(), value);
+    record.key = key.map(String::into_bytes);
+    record.partition = args.partition;
+    record.headers = args.headers.iter().map(|(key, value)| (key.clone(), Some(value.clone().into_bytes()))).collect();
+    record
 }

@@ -634,3 +634,32 @@ fn consuming_a_fenced_partition_fails_with_the_reason_and_repair_brings_it_back(
     assert_eq!(read_back, [(0, "first"), (1, "fourth")]);
     broker.stop();
 }
+
+#[test]
+fn produce_counts_what_was_acknowledged_before_the_broker_went_away() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = Broker::start(temp.path());
+    broker.ok(&["topic", "create", "events"], "");
+    // Ends by itself once its stdin closes (within the delivery timeout).
+    let mut producer = weir()
+        .args(["produce", "events", "--delivery-timeout-ms", "2000"])
+        .env("WEIR_BROKERS", &broker.address)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = producer.stdin.take().unwrap();
+    stdin.write_all(b"one\ntwo\nthree\n").unwrap();
+    stdin.flush().unwrap();
+    let read = ["consume", "events", "--offset", "beginning", "--max-messages", "3", "--timeout-ms", "600000"];
+    assert_eq!(broker.ok(&read, ""), "one\ntwo\nthree\n", "the first three are acknowledged and readable");
+    drop(broker); // SIGKILL
+    stdin.write_all(b"four\nfive\n").unwrap();
+    drop(stdin);
+    let output = producer.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "3 record(s) acknowledged\n");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("2 record(s) failed") || stderr.contains("after 3 acknowledged and"), "{stderr}");
+}
