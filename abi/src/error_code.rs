@@ -115,6 +115,9 @@ error_codes! {
     PluginNotFound = 32, retriable: false;
     /// The plugin is attached to a topic or deployed; detach it first.
     PluginInUse = 33, retriable: false;
+    /// No connection to the broker could be made, or it broke with a call in
+    /// flight. Client-side only: a broker never sends it.
+    NetworkError = 34, retriable: true;
 }
 
 impl ErrorCode {
@@ -173,7 +176,8 @@ mod tests {
 30 PluginFailed false
 31 InvalidPlugin false
 32 PluginNotFound false
-33 PluginInUse false";
+33 PluginInUse false
+34 NetworkError true";
         assert_eq!(table.join("\n"), expected);
     }
 

@@ -42,12 +42,12 @@ impl ClientError {
     }
 
     /// The `ErrorCode` for this error: the broker's own, or the closest one for
-    /// client-side failures (`RequestTimedOut` for timeouts, `NotLeaderOrFollower`
-    /// for lost connections, …). SDK exceptions are chosen from this.
+    /// client-side failures (`RequestTimedOut` for timeouts, `NetworkError` for
+    /// refused or lost connections, …). SDK exceptions are chosen from this.
     pub fn code(&self) -> ErrorCode {
         match self {
             ClientError::Broker { code, .. } => *code,
-            ClientError::Connect { .. } | ClientError::Disconnected { .. } => ErrorCode::NotLeaderOrFollower,
+            ClientError::Connect { .. } | ClientError::Disconnected { .. } => ErrorCode::NetworkError,
             ClientError::Timeout { .. } => ErrorCode::RequestTimedOut,
             ClientError::InvalidConfig { .. } => ErrorCode::InvalidConfig,
             ClientError::InvalidArgument(_) => ErrorCode::InvalidRequest,

@@ -118,6 +118,15 @@ fn partition_for_key(key: &[u8], partition_count: u32) -> PyResult<u32> {
     Ok(client::partitioner::partition_for_key(key, partition_count))
 }
 
+/// `StorageError` stays `StorageError`; `UnknownTopicOrPartition` becomes
+/// `UnknownTopicOrPartitionError`.
+fn exception_name(code_name: &str) -> String {
+    match code_name.ends_with("Error") {
+        true => code_name.to_owned(),
+        false => format!("{code_name}Error"),
+    }
+}
+
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
@@ -131,7 +140,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("WeirError", base.clone_ref(py))?;
     let mut types = HashMap::new();
     for code in ErrorCode::ALL {
-        let name = format!("{}Error", code.name());
+        let name = exception_name(code.name());
         let qualified =
             std::ffi::CString::new(format!("weir.{name}")).map_err(|error| PyValueError::new_err(error.to_string()))?;
         let class = PyErr::new_type(py, &qualified, None, Some(base.bind(py)), None)?;

@@ -242,3 +242,16 @@ def test_plugins_from_python_partition_like_every_other_client(broker):
     assert admin.list_plugins()[0].attached_to == ["regional"]
     with pytest.raises(weir.PluginInUseError):
         admin.delete_plugins(["regions"])
+
+
+def test_errors_have_their_code_names_and_an_admin_closes_like_the_others():
+    assert weir.StorageError.__name__ == "StorageError" and issubclass(weir.StorageError, weir.WeirError)
+    assert weir.UnknownServerError.__name__ == "UnknownServerError"
+    address = free_address()  # nothing listens there
+    with pytest.raises(weir.NetworkError) as refused:
+        weir.Admin(address).list_topics()
+    assert refused.value.args[0].startswith("cannot connect to"), refused.value.args
+    with weir.Admin(address) as admin:
+        pass
+    with pytest.raises(RuntimeError, match="closed"):
+        admin.list_topics()

@@ -510,17 +510,34 @@ class PluginDescription:
     attached_to: list[str]
 
 
+class _ClosedAdmin:
+    """Stands in for the native admin after :meth:`Admin.close`."""
+
+    def __getattr__(self, name: str):
+        raise RuntimeError("the Admin is closed")
+
+
 class Admin:
     """Topics, consumer groups and plugins.
 
-        admin = weir.Admin("127.0.0.1:9292")
-        admin.create_topics([weir.NewTopic("orders", num_partitions=6, config={"retention.ms": "86400000"})])
-        for row in admin.group_lag("billing"):
-            print(row.topic, row.partition, row.lag)
+        with weir.Admin("127.0.0.1:9292") as admin:
+            admin.create_topics([weir.NewTopic("orders", num_partitions=6, config={"retention.ms": "86400000"})])
+            for row in admin.group_lag("billing"):
+                print(row.topic, row.partition, row.lag)
     """
 
     def __init__(self, bootstrap_servers: str = "127.0.0.1:9292"):
         self._native = _native.Admin(bootstrap_servers)
+
+    def close(self) -> None:
+        """Releases the connections; later calls raise ``RuntimeError``. Called on ``with`` exit."""
+        self._native = _ClosedAdmin()
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     def create_topics(self, topics: Sequence[NewTopic]) -> None:
         """Creates each topic in turn; raises on the first failure (e.g. :class:`TopicAlreadyExistsError`)."""
