@@ -74,7 +74,11 @@ fn print_records(view: &BatchView<'_>, format: Format) {
         let key = record.key.as_deref().map(String::from_utf8_lossy);
         let value = record.value.as_deref().map(String::from_utf8_lossy);
         match format {
-            Format::Text => println!("  offset: {offset} timestamp: {timestamp} key: {key:?} value: {value:?}"),
+            // Quoted and escaped like JSON strings (`null` when absent), so a value with
+            // spaces or newlines stays one unambiguous field.
+            Format::Text => {
+                println!("  offset: {offset} timestamp: {timestamp} key: {} value: {}", json(key), json(value))
+            }
             Format::Json => {
                 println!(
                     "{{\"offset\":{offset},\"timestamp\":{timestamp},\"key\":{},\"value\":{}}}",

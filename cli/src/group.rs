@@ -12,7 +12,7 @@ use clap::{Args, Subcommand};
 use client::{Admin, GroupDescription, Offset, PartitionLag};
 use serde_json::json;
 
-use crate::output::print;
+use crate::output::{print, table};
 use crate::{ClientArgs, Format};
 
 #[derive(Debug, Subcommand)]
@@ -262,31 +262,9 @@ async fn reset_offsets(args: &ResetArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Rows as left-aligned columns two spaces apart, one line each (the last column
-/// is not padded).
-fn table(rows: &[Vec<String>]) -> String {
-    let column_count = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..column_count)
-        .map(|column| rows.iter().filter_map(|row| row.get(column)).map(|cell| cell.chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut text = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (column, cell) in row.iter().enumerate() {
-            match column + 1 == row.len() {
-                true => line.push_str(cell),
-                false => line.push_str(&format!("{cell:<width$}  ", width = widths[column])),
-            }
-        }
-        text.push_str(line.trim_end());
-        text.push('\n');
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{describe_text, table};
+    use super::describe_text;
     use client::{GroupDescription, PartitionLag};
 
     #[test]
@@ -312,14 +290,5 @@ mod tests {
         assert_eq!(last, "total lag: 2 (not counting 2 partition(s) without a committed offset: their lag is unknown)");
         let text = describe_text(&description, &[lag(0, Some(5))], 2);
         assert_eq!(text.lines().last(), Some("total lag: 2"));
-    }
-
-    #[test]
-    fn table_aligns_columns_and_leaves_the_last_unpadded() {
-        let rows = vec![
-            vec!["TOPIC".to_owned(), "LAG".to_owned(), "OWNER".to_owned()],
-            vec!["orders".to_owned(), "12".to_owned(), "-".to_owned()],
-        ];
-        assert_eq!(table(&rows), "TOPIC   LAG  OWNER\norders  12   -\n");
     }
 }

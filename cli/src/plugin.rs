@@ -87,19 +87,21 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             match client.format {
                 crate::Format::Json => println!("{}", json!(plugins.iter().map(plugin_json).collect::<Vec<_>>())),
                 crate::Format::Text => {
-                    println!("NAME  HOOK  SIZE  CALLS  ERRORS  TRAPS  ATTACHED-TO");
-                    for plugin in &plugins {
-                        println!(
-                            "{}  {}  {}  {}  {}  {}  {}",
-                            plugin.name,
-                            plugin.hook,
-                            plugin.size_bytes,
-                            plugin.calls,
-                            plugin.errors,
-                            plugin.traps,
-                            plugin.attached_to.join(",")
-                        );
-                    }
+                    let mut rows = vec![["NAME", "HOOK", "SIZE", "CALLS", "ERRORS", "TRAPS", "ATTACHED-TO"]
+                        .map(str::to_owned)
+                        .to_vec()];
+                    rows.extend(plugins.iter().map(|plugin| {
+                        vec![
+                            plugin.name.clone(),
+                            plugin.hook.to_string(),
+                            plugin.size_bytes.to_string(),
+                            plugin.calls.to_string(),
+                            plugin.errors.to_string(),
+                            plugin.traps.to_string(),
+                            plugin.attached_to.join(","),
+                        ]
+                    }));
+                    print!("{}", crate::output::table(&rows));
                 }
             }
         }

@@ -138,43 +138,46 @@ pub async fn run(command: TransformCommand) -> anyhow::Result<()> {
             match client.format {
                 crate::Format::Json => println!("{}", json!(transforms.iter().map(status_json).collect::<Vec<_>>())),
                 crate::Format::Text => {
-                    println!("NAME  PLUGIN  INPUT  OUTPUTS  STATE  LAG");
-                    for status in &transforms {
+                    let mut rows =
+                        vec![["NAME", "PLUGIN", "INPUT", "OUTPUTS", "STATE", "LAG"].map(str::to_owned).to_vec()];
+                    rows.extend(transforms.iter().map(|status| {
                         let lag: i64 = status.partitions.iter().map(|partition| partition.lag.max(0)).sum();
-                        println!(
-                            "{}  {}  {}  {}  {}  {lag}",
-                            status.name,
-                            status.plugin,
-                            status.input_topic,
+                        vec![
+                            status.name.clone(),
+                            status.plugin.clone(),
+                            status.input_topic.clone(),
                             status.output_topics.join(","),
-                            status.state
-                        );
-                    }
+                            status.state.to_string(),
+                            lag.to_string(),
+                        ]
+                    }));
+                    print!("{}", crate::output::table(&rows));
                 }
             }
         }
         TransformCommand::Describe { name, client } => {
             let status = find(&Admin::new(client.common())?, &name).await?;
             print(client.format, status_json(&status), || {
-                let mut text = format!(
-                    "transform {} (plugin {}): {} -> {}, {}\nPARTITION  NEXT-OFFSET  LAG  PROCESSED  EMITTED",
+                let mut rows =
+                    vec![["PARTITION", "NEXT-OFFSET", "LAG", "PROCESSED", "EMITTED"].map(str::to_owned).to_vec()];
+                rows.extend(status.partitions.iter().map(|partition| {
+                    vec![
+                        partition.partition.to_string(),
+                        partition.next_offset.to_string(),
+                        partition.lag.to_string(),
+                        partition.processed.to_string(),
+                        partition.emitted.to_string(),
+                    ]
+                }));
+                format!(
+                    "transform {} (plugin {}): {} -> {}, {}\n{}",
                     status.name,
                     status.plugin,
                     status.input_topic,
                     status.output_topics.join(", "),
-                    status.state
-                );
-                for partition in &status.partitions {
-                    text.push_str(&format!(
-                        "\n{:<9}  {:<11}  {:<3}  {:<9}  {}",
-                        partition.partition,
-                        partition.next_offset,
-                        partition.lag,
-                        partition.processed,
-                        partition.emitted
-                    ));
-                }
-                text
+                    status.state,
+                    crate::output::table(&rows).trim_end()
+                )
             });
         }
         TransformCommand::Pause { name, client } => control(&name, "pause", 0, &client, "paused").await?,
