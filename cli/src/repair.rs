@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use broker::data_dir_lock::DataDirLock;
+use broker::log_dir::parse_partition_dir;
 use broker::FileStorage;
 use broker_core::log::repair::{inspect, truncate_at_damage, Damage, SegmentSummary};
 
@@ -31,7 +32,12 @@ pub struct RepairArgs {
 
 pub fn run(args: &RepairArgs) -> anyhow::Result<()> {
     let dir = &args.partition_dir;
-    anyhow::ensure!(dir.is_dir(), "{} is not a partition directory", dir.display());
+    let named_like_one = dir.file_name().and_then(|name| name.to_str()).and_then(parse_partition_dir).is_some();
+    anyhow::ensure!(
+        dir.is_dir() && named_like_one,
+        "{} is not a partition directory (expected DATA_DIR/TOPIC-PARTITION, e.g. weir-data/orders-0)",
+        dir.display()
+    );
     if args.truncate {
         truncate(dir)
     } else {

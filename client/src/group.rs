@@ -293,10 +293,16 @@ async fn commit_released(inner: &Arc<Inner>, group_id: &str, state: &MemberState
     }
     let offsets: Vec<(Key, i64, String)> =
         positions.into_iter().map(|(key, offset)| (key, offset, String::new())).collect();
-    let deadline = tokio::time::Instant::now() + inner.config.common.request_timeout;
+    // Bounded by the request timeout, and well inside the session: no heartbeat is
+    // sent meanwhile, and the member must not be fenced while handing over.
+    let budget = inner.config.common.request_timeout.min(inner.config.session_timeout / 2);
+    let deadline = tokio::time::Instant::now() + budget;
     let mut backoff = inner.config.common.retry_backoff;
     loop {
-        match commit_call(&inner.cluster, group_id, &state.member_id, state.member_epoch, &offsets).await {
+        let call = commit_call(&inner.cluster, group_id, &state.member_id, state.member_epoch, &offsets);
+        let timed_out = ClientError::Timeout { operation: "commit", timeout_ms: budget.as_millis() as u64 };
+        let outcome = tokio::time::timeout_at(deadline, call).await.unwrap_or(Err(timed_out));
+        match outcome {
             Ok(()) => return,
             Err(error) if error.is_retriable() && tokio::time::Instant::now() + backoff < deadline => {
                 tracing::debug!(group = %group_id, %error, "commit of released partitions failed; retrying");

@@ -230,3 +230,22 @@ fn missing_recovery_point_scans_everything_and_keeps_all() {
     assert_eq!(log.recovery_report().segments_scanned, segments);
     assert_eq!(log.log_end_offset(), 200);
 }
+
+#[test]
+fn a_second_cut_at_the_same_place_keeps_the_first_copy() {
+    let storage = MemStorage::new();
+    ten_batches_then_unclean_stop(&storage);
+    let end = storage.contents(Path::new(ACTIVE_LOG)).unwrap().len();
+    for (round, garbage) in [[0xAB_u8; 100], [0xCD_u8; 100]].iter().enumerate() {
+        damage(&storage, ACTIVE_LOG, |bytes| bytes.extend_from_slice(garbage));
+        let log = open(&storage, &small_config()).unwrap(); // cuts, then stops uncleanly again
+        let moved_to = log.recovery_report().truncated_tail.clone().expect("a cut tail").moved_to;
+        let expected = match round {
+            0 => format!("{ACTIVE_LOG}.torn-at-{end}"),
+            _ => format!("{ACTIVE_LOG}.torn-at-{end}.1"),
+        };
+        assert_eq!(moved_to, PathBuf::from(expected));
+    }
+    let first = storage.contents(Path::new(&format!("{ACTIVE_LOG}.torn-at-{end}"))).unwrap();
+    assert_eq!(first, [0xAB_u8; 100], "the first copy is not overwritten");
+}

@@ -11,6 +11,7 @@ use std::path::Path;
 use broker_core::log::repair::{inspect, truncate_at_damage};
 use broker_core::log::LogError;
 use broker_core::storage::mem::MemStorage;
+use broker_core::storage::Storage;
 use support::{batch, open, read_all, small_config};
 
 const DIR: &str = "/data/topic-0";
@@ -100,4 +101,25 @@ fn damage_in_the_active_segment_is_cut_there() {
     assert_eq!(repair.truncated_tail.unwrap().bytes, bytes.len() as u64);
     let log = open(&storage, &small_config()).unwrap();
     assert_eq!(log.log_end_offset(), bases[bases.len() - 1]);
+}
+
+#[test]
+fn a_log_ending_below_its_recovery_point_is_checkpointed_at_its_end() {
+    let storage = MemStorage::new();
+    let bases = fill(&storage, 120);
+    let log = open(&storage, &small_config()).unwrap();
+    log.close().unwrap(); // the recovery point is now the log end, 120
+                          // The newest segment vanishes (synced data lost), and so does the clean marker.
+    let last = bases[bases.len() - 1];
+    for extension in ["log", "index", "timeindex"] {
+        storage.remove_file(Path::new(&format!("{DIR}/{last:020}.{extension}"))).unwrap();
+    }
+    storage.remove_file(Path::new(&format!("{DIR}/clean-shutdown"))).unwrap();
+    assert!(matches!(open(&storage, &small_config()), Err(LogError::Corrupt { .. })), "recovery fences");
+    let damage = inspect(&storage, Path::new(DIR), |_| {}).unwrap().damage.expect("damage found");
+    assert!(damage.reason.contains("below its recovery point 120"), "{}", damage.reason);
+    assert_eq!(damage.offset, last);
+    let repair = truncate_at_damage(&storage, Path::new(DIR)).unwrap().expect("a repair");
+    assert!(repair.truncated_tail.is_none() && repair.segments_moved.is_empty());
+    assert_eq!(open(&storage, &small_config()).unwrap().log_end_offset(), last);
 }

@@ -290,6 +290,18 @@ def _subscription(topics: "str | Sequence[str]") -> tuple[list[str], Optional[st
     return (topics, None) if not patterns else ([], patterns[0][1:])
 
 
+def _give_back(native, messages: Sequence[Message]) -> None:
+    """Seeks each partition of ``messages`` back to its first record among them,
+    so the core's position (what commits cover) excludes records never handed to
+    the application. A partition no longer assigned is left alone."""
+    for topic, partition in dict.fromkeys((m.topic, m.partition) for m in messages):
+        first = next(m.offset for m in messages if (m.topic, m.partition) == (topic, partition))
+        try:
+            native.seek(topic, partition, first)
+        except WeirError:
+            pass
+
+
 class Consumer:
     """Reads records: either partitions you :meth:`assign`, or — with a
     ``group_id`` — the share of topics passed to :meth:`subscribe` the consumer group
@@ -377,17 +389,25 @@ class Consumer:
 
     def poll_batch(self, timeout: float = 1.0) -> list[Message]:
         """Records that arrived within ``timeout`` seconds (possibly none)."""
-        batch = self._native.poll_batch(timeout)
-        self._dispatch_rebalances()
-        return batch
+        return self._handed_out(self._native.poll_batch(timeout))
 
     def poll(self, timeout: float = 1.0) -> Optional[Message]:
         """One record, or ``None`` when none arrived within ``timeout`` seconds.
         The core hands out exactly one, so commits (and a group hand-over) never
         cover a record the application was not given."""
-        batch = self._native.poll_batch(timeout, max_records=1)
-        self._dispatch_rebalances()
+        batch = self._handed_out(self._native.poll_batch(timeout, max_records=1))
         return batch[0] if batch else None
+
+    def _handed_out(self, batch: list[Message]) -> list[Message]:
+        """Runs the rebalance callbacks, then returns ``batch``; if a callback
+        raises, the batch is given back to the core first (its partitions seek to
+        their first record in it), so no commit covers it."""
+        try:
+            self._dispatch_rebalances()
+        except BaseException:
+            _give_back(self._native, batch)
+            raise
+        return batch
 
     def __iter__(self) -> Iterator[Message]:
         """Every record, forever (stop with ``break`` or Ctrl-C)."""

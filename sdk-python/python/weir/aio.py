@@ -31,6 +31,8 @@ from . import (
     Message,
     Partition,
     RecordMetadata,
+    WeirError,
+    _give_back,
     _native,
     _offsets_list,
     _settings,
@@ -161,10 +163,10 @@ class AsyncConsumer:
         self._completions = _LoopCompletions()
         self._topics = list(topics) if topics else None
         self._buffer: collections.deque[Message] = collections.deque()
-        # The one native poll in flight, and what was sought since it started
-        # (partition -> offset; every partition under None): see _landed.
+        # The one native poll in flight, and the seeks made since it started, in
+        # order (see _landed).
         self._in_flight: Optional[asyncio.Future] = None
-        self._sought: dict[Optional[Partition], "int | str"] = {}
+        self._sought: list[tuple[str, int, "int | str"]] = []
         self._error: Optional[BaseException] = None
         self._on_assign: Optional[AsyncRebalanceCallback] = None
         self._on_revoke: Optional[AsyncRebalanceCallback] = None
@@ -189,7 +191,7 @@ class AsyncConsumer:
         self._buffer = collections.deque(m for m in self._buffer if (m.topic, m.partition) != (topic, partition))
         self._native.seek(topic, partition, offset)
         if self._in_flight is not None:
-            self._sought[(topic, partition)] = offset
+            self._sought.append((topic, partition, offset))
 
     def seek_to_beginning(self) -> None:
         self._seek_all("beginning")
@@ -201,7 +203,7 @@ class AsyncConsumer:
         self._buffer.clear()
         self._native.seek_all(offset)
         if self._in_flight is not None:
-            self._sought = {None: offset}
+            self._sought += [(topic, partition, offset) for topic, partition in self._native.assignment()]
 
     def position(self, topic: str, partition: int) -> Optional[int]:
         if self._in_flight is not None and self._in_flight.done():
@@ -224,25 +226,23 @@ class AsyncConsumer:
         if future is not self._in_flight:
             return
         self._in_flight = None
-        sought, self._sought = self._sought, {}
+        sought, self._sought = self._sought, []
         if future.cancelled():
             return
         if future.exception() is not None:
             self._error = future.exception()
             return
-        messages = future.result()
-        if sought:
-            # The poll may hold records from before a seek that came after it
-            # started (drop them) or from after it (the native position moved past
-            # them): drop both and seek again, so the core reads them once more.
-            if None in sought:
-                messages = []
-                self._native.seek_all(sought[None])
-            else:
-                messages = [m for m in messages if (m.topic, m.partition) not in sought]
-                for (topic, partition), offset in sought.items():
-                    self._native.seek(topic, partition, offset)
-        self._buffer.extend(messages)
+        # The poll may hold records of a partition sought after it started, from
+        # before the seek (drop them) or from after it (the core's position moved
+        # past them): drop both and repeat the seeks in order, so the core reads
+        # them once more. A partition no longer assigned is left alone.
+        sought_partitions = {(topic, partition) for topic, partition, _ in sought}
+        self._buffer.extend(m for m in future.result() if (m.topic, m.partition) not in sought_partitions)
+        for topic, partition, offset in sought:
+            try:
+                self._native.seek(topic, partition, offset)
+            except WeirError:
+                pass
 
     async def _fill(self, timeout: float, max_records: Optional[int] = None) -> None:
         if not self._buffer and self._error is None:
@@ -301,13 +301,13 @@ class AsyncConsumer:
         """Leaves the group (committing first with auto-commit) and stops fetching.
         Records a cancelled poll brought that were never returned are given back
         first, so the commit does not cover them."""
-        if self._in_flight is not None and self._in_flight.done():
-            self._landed(self._in_flight)
-        for topic, partition in dict.fromkeys((m.topic, m.partition) for m in self._buffer):
-            first = next(m.offset for m in self._buffer if (m.topic, m.partition) == (topic, partition))
-            self._native.seek(topic, partition, first)
-        self._buffer.clear()
         try:
+            if self._in_flight is not None and self._in_flight.done():
+                self._landed(self._in_flight)
+            # (A poll still in flight may take records between this and the close;
+            # the core has no way to cancel it.)
+            _give_back(self._native, self._buffer)
+            self._buffer.clear()
             await _start(self._completions, lambda queue, token: self._native.close(queue, token))
         finally:
             self._completions.close()

@@ -323,9 +323,7 @@ pub(super) fn cut_tail(
     reason: String,
 ) -> Result<TruncatedTail, LogError> {
     let file_len = log.file.len().map_err(LogError::io("stat", log.path))?;
-    let mut aside_name = log.path.file_name().unwrap_or_default().to_owned();
-    aside_name.push(format!(".torn-at-{position}"));
-    let aside_path = log.path.with_file_name(aside_name);
+    let aside_path = aside_path_for(storage, log.path, &format!("torn-at-{position}"));
     let aside = storage.open(&aside_path, true).map_err(LogError::io("create", &aside_path))?;
     aside.set_len(0).map_err(LogError::io("truncate", &aside_path))?;
     let mut chunk = vec![0u8; TAIL_COPY_CHUNK_BYTES.min(file_len.saturating_sub(position) as usize)];
@@ -348,6 +346,21 @@ pub(super) fn cut_tail(
         reason,
         moved_to: aside_path,
     })
+}
+
+/// `<file>.<label>`, or `<file>.<label>.<n>` with the first `n` not taken: an
+/// earlier copy (a second crash at the same place) is never overwritten.
+pub(super) fn aside_path_for(storage: &dyn Storage, path: &Path, label: &str) -> PathBuf {
+    let named = |suffix: String| {
+        let mut name = path.file_name().unwrap_or_default().to_owned();
+        name.push(suffix);
+        path.with_file_name(name)
+    };
+    let first = named(format!(".{label}"));
+    if !storage.exists(&first) {
+        return first;
+    }
+    (1u64..).map(|n| named(format!(".{label}.{n}"))).find(|candidate| !storage.exists(candidate)).unwrap_or(first)
 }
 
 /// Bytes copied per read when a cut tail is moved aside.

@@ -11,17 +11,20 @@
 //!    `<segment>.log.torn-at-<position>` (synced) and the segment is truncated;
 //! 2. every later segment's `.log` is renamed to `<segment>.log.removed-by-repair`
 //!    (its indexes, derived data, are deleted);
-//! 3. the clean-shutdown marker is removed and the recovery point set to the
-//!    damaged segment's base offset, so the next open rebuilds that segment's
-//!    indexes from the cut `.log` and trusts the segments before it.
+//! 3. the recovery point is set to the damaged segment's base offset, so the next
+//!    open rebuilds that segment's indexes from the cut `.log` and trusts the
+//!    segments before it (the clean-shutdown marker was removed first).
+//!
+//! A log whose segments are whole but end below the recovery point (synced data
+//! missing) counts as damaged at its end: the repair checkpoints what is there.
 //!
 //! The caller must own the data directory (the broker holds its lock while it
 //! runs); nothing here may run beside an open [`super::Log`] of the same directory.
 
 use std::path::{Path, PathBuf};
 
-use super::checkpoint::{write_recovery_point, CLEAN_SHUTDOWN_FILE};
-use super::open::{cut_tail, SegmentLog, TruncatedTail};
+use super::checkpoint::{read_recovery_point, write_recovery_point, CLEAN_SHUTDOWN_FILE};
+use super::open::{aside_path_for, cut_tail, SegmentLog, TruncatedTail};
 use super::scan::{scan_segment, ScanEnd};
 use super::segment::{file_name, parse_file_name};
 use super::{remove_if_present, LogError};
@@ -111,6 +114,19 @@ pub fn inspect(
             break;
         }
     }
+    // A log that ends below its recovery point lost data the checkpoint vouched
+    // for (recovery fences it); the repair is to checkpoint what is there.
+    let recovery_point = read_recovery_point(storage, dir);
+    if let Some(last) =
+        inspection.segments.last().filter(|last| inspection.damage.is_none() && last.next_offset < recovery_point)
+    {
+        inspection.damage = Some(Damage {
+            segment_base_offset: last.base_offset,
+            position: last.size_bytes,
+            offset: last.next_offset,
+            reason: format!("the log ends at offset {} below its recovery point {recovery_point}", last.next_offset),
+        });
+    }
     Ok(inspection)
 }
 
@@ -119,6 +135,9 @@ pub fn inspect(
 pub fn truncate_at_damage(storage: &dyn Storage, dir: &Path) -> Result<Option<Repair>, LogError> {
     let inspection = inspect(storage, dir, |_| {})?;
     let Some(damage) = inspection.damage else { return Ok(None) };
+    // First, so a repair cut short never leaves a marker that vouches for the old indexes.
+    remove_if_present(storage, &dir.join(CLEAN_SHUTDOWN_FILE))?;
+    storage.sync_dir(dir).map_err(LogError::io("sync directory", dir))?;
     let path = dir.join(file_name(damage.segment_base_offset, "log"));
     let file = storage.open(&path, false).map_err(LogError::io("open", &path))?;
     let file_len = file.len().map_err(LogError::io("stat", &path))?;
@@ -132,14 +151,13 @@ pub fn truncate_at_damage(storage: &dyn Storage, dir: &Path) -> Result<Option<Re
     let mut segments_moved = Vec::new();
     for &base_offset in &inspection.segments_after_damage {
         let from = dir.join(file_name(base_offset, "log"));
-        let to = dir.join(format!("{}.removed-by-repair", file_name(base_offset, "log")));
+        let to = aside_path_for(storage, &from, "removed-by-repair");
         storage.rename(&from, &to).map_err(LogError::io("rename", &from))?;
         for extension in ["index", "timeindex"] {
             remove_if_present(storage, &dir.join(file_name(base_offset, extension)))?;
         }
         segments_moved.push((base_offset, to));
     }
-    remove_if_present(storage, &dir.join(CLEAN_SHUTDOWN_FILE))?;
     storage.sync_dir(dir).map_err(LogError::io("sync directory", dir))?;
     write_recovery_point(storage, dir, damage.segment_base_offset)?;
     Ok(Some(Repair { damage, truncated_tail, segments_moved }))
