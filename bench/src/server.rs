@@ -126,7 +126,10 @@ impl Launch {
         };
         let mut format = Command::new("java");
         java(&mut format);
-        format.args(["kafka.tools.StorageTool", "format", "--standalone", "-t", &kafka_cluster_id()?, "-c"]);
+        // `--cluster-id=ID` in one argument: an id may start with `-` (one in 64
+        // does), which the tool's parser would take for an option.
+        let cluster_id = format!("--cluster-id={}", kafka_cluster_id()?);
+        format.args(["kafka.tools.StorageTool", "format", "--standalone", &cluster_id, "-c"]);
         let output = format.arg(&properties_path).output().context("run Kafka's StorageTool (is java installed?)")?;
         anyhow::ensure!(
             output.status.success(),
