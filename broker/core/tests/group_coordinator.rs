@@ -289,3 +289,22 @@ fn a_snapshot_replaces_what_came_before_and_a_torn_one_changes_nothing() {
     torn.finish_replay();
     assert_eq!(torn.describe_group(GROUP).unwrap(), before);
 }
+
+#[test]
+fn a_restarted_coordinator_never_hands_out_the_id_of_a_replayed_member() {
+    let mut harness = Harness::new(4);
+    let before: Vec<String> = vec![harness.join(None), harness.join(None), harness.join(Some("worker-a"))];
+    harness.settle();
+    // A restart: the state comes back by replay, the id counter starts over.
+    let mut rebuilt = Coordinator::new(harness.coordinator.config().clone());
+    for record in &harness.log {
+        rebuilt.replay(record);
+    }
+    harness.coordinator = rebuilt;
+    let after = [harness.join(None), harness.join(None)];
+    for newcomer in &after {
+        assert!(!before.contains(newcomer), "a new member got the id of a stored one: {newcomer}");
+    }
+    let members = harness.coordinator.describe_group(GROUP).unwrap().members.len();
+    assert_eq!(members, 5, "five distinct members");
+}

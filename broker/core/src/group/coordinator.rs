@@ -632,10 +632,21 @@ impl Coordinator {
         Ok(())
     }
 
+    /// A member id no member of the group has. The counter is not persisted, so
+    /// after a restart (replay) it starts again and would repeat ids of members
+    /// that were replayed: skip those. Ends within `members + 1` tries, since
+    /// every try yields a new id.
     fn new_member_id(&mut self, request: &HeartbeatRequest) -> String {
-        self.member_id_counter += 1;
         let prefix = request.instance_id.as_deref().unwrap_or("member");
-        format!("{prefix}-{:x}-{}", self.groups.len() as u64 ^ (self.member_id_counter << 16), self.member_id_counter)
+        let members = self.groups.get(&request.group_id).map(|group| &group.members);
+        loop {
+            self.member_id_counter += 1;
+            let counter = self.member_id_counter;
+            let id = format!("{prefix}-{:x}-{counter}", self.groups.len() as u64 ^ (counter << 16));
+            if !members.is_some_and(|members| members.contains_key(&id)) {
+                return id;
+            }
+        }
     }
 
     /// Records a heartbeat's arrival (session timer).
