@@ -288,12 +288,15 @@ impl Consumer {
             if assigned.paused {
                 continue;
             }
-            if let Some(error) = assigned.error.take() {
-                if taken.is_empty() {
-                    return Some(Err(error));
+            // A partition's error comes after the records buffered before it.
+            if assigned.records.is_empty() {
+                if let Some(error) = assigned.error.take() {
+                    if taken.is_empty() {
+                        return Some(Err(error));
+                    }
+                    assigned.error = Some(error);
+                    break;
                 }
-                assigned.error = Some(error);
-                break;
             }
             while taken.len() < records_max {
                 let Some(record) = assigned.records.pop_front() else { break };
@@ -568,8 +571,9 @@ impl Inner {
         true
     }
 
-    /// Buffers decoded records (unless a seek happened meanwhile).
-    fn deliver(&self, fetched: &Fetched, decoded: Result<Vec<ConsumerRecord>, ClientError>) {
+    /// Buffers decoded records (unless a seek happened meanwhile); after them, a
+    /// batch that could not be decoded stops the partition with `error`.
+    fn deliver(&self, fetched: &Fetched, records: Vec<ConsumerRecord>, error: Option<ClientError>) {
         let mut guard = self.lock();
         let state = &mut *guard;
         let Some(assigned) = state.partitions.get_mut(&fetched.key) else { return };
@@ -577,23 +581,23 @@ impl Inner {
         if assigned.generation != fetched.generation {
             return;
         }
-        match decoded {
-            Ok(records) => {
-                for record in records {
-                    assigned.buffered_bytes += record_bytes(&record);
-                    assigned.records.push_back(record);
-                }
-            }
-            Err(error) => {
-                // Fetch this data again only after the error was seen (then it
-                // fails the same way, unless the caller seeks past it).
-                state.generation_clock += 1;
-                assigned.generation = state.generation_clock;
-                assigned.fetch_from = FetchFrom::At(fetched.offset);
-                assigned.records.clear();
-                assigned.buffered_bytes = 0;
-                assigned.error = Some(error);
-            }
+        for record in records {
+            assigned.buffered_bytes += record_bytes(&record);
+            assigned.records.push_back(record);
+        }
+        if let Some(error) = error {
+            // `poll` hands out the records before the bad batch, then the error; the
+            // bad batch is fetched again only after that (and fails the same way,
+            // unless the application seeks past it). Answers already in flight
+            // belong to the old generation and are dropped.
+            let resume_at = match &error {
+                ClientError::CorruptBatch { offset, .. } => *offset,
+                _ => fetched.offset,
+            };
+            state.generation_clock += 1;
+            assigned.generation = state.generation_clock;
+            assigned.fetch_from = FetchFrom::At(resume_at);
+            assigned.error = Some(error);
         }
         drop(guard);
         self.arrived.notify_waiters();
@@ -679,8 +683,8 @@ fn plan_keys(planned: &[Planned]) -> Vec<(TopicPartition, u64)> {
 
 async fn run_decoder(inner: Arc<Inner>, mut fetched: mpsc::UnboundedReceiver<Fetched>) {
     while let Some(fetched) = fetched.recv().await {
-        let decoded = decode_records(&fetched.key.0, fetched.key.1, fetched.offset, &fetched.batches);
-        inner.deliver(&fetched, decoded.map(|(records, _)| records));
+        let (records, error) = decode_records(&fetched.key.0, fetched.key.1, fetched.offset, &fetched.batches);
+        inner.deliver(&fetched, records, error);
     }
 }
 
@@ -750,58 +754,100 @@ async fn fetch_many(inner: &Inner, connection: Connection, plans: Vec<Planned>) 
     }
 }
 
-/// Records at or after `offset` in `batches`, and the offset to fetch next.
+/// Records at or after `offset` in `batches`, in order, up to the first batch
+/// that cannot be decoded; then the error naming that batch (the records before
+/// it are still returned, so one bad batch does not hide the good ones).
 fn decode_records(
     topic: &Arc<str>,
     partition: i32,
     offset: i64,
     batches: &Bytes,
-) -> Result<(Vec<ConsumerRecord>, i64), ClientError> {
-    let corrupt = |error: abi::batch::BatchError| ClientError::Corrupt(format!("{topic}-{partition}: {error}"));
+) -> (Vec<ConsumerRecord>, Option<ClientError>) {
     let mut records = Vec::new();
-    let mut next_offset = offset;
     let mut position = 0;
+    // The first offset not yet covered by a whole batch: where a bad batch starts.
+    let mut expected = offset;
     while position < batches.len() {
-        let (view, _) = BatchView::split_first(&batches[position..]).map_err(corrupt)?;
+        let corrupt = |reason: String, skip_to: i64| ClientError::CorruptBatch {
+            topic: topic.to_string(),
+            partition,
+            offset: expected,
+            skip_to,
+            reason,
+        };
+        let view = match BatchView::split_first(&batches[position..]) {
+            Ok((view, _)) => view,
+            // The framing is broken: what follows cannot be located, so skipping
+            // means skipping one offset at a time.
+            Err(error) => return (records, Some(corrupt(error.to_string(), expected + 1))),
+        };
         let batch_start = position;
         position += view.size_bytes();
-        next_offset = next_offset.max(view.last_offset() + 1);
         if view.last_offset() < offset || view.attributes().is_control() {
+            expected = expected.max(view.last_offset() + 1);
             continue;
         }
-        let section = records_section(&view, DECOMPRESSED_BYTES_MAX).map_err(corrupt)?;
-        let section_bytes = match section {
-            std::borrow::Cow::Borrowed(slice) => {
-                let start = batch_start + (slice.as_ptr() as usize - batches[batch_start..].as_ptr() as usize);
-                batches.slice(start..start + slice.len())
-            }
-            std::borrow::Cow::Owned(decompressed) => Bytes::from(decompressed),
-        };
-        let records_count = usize::try_from(view.records_count()).unwrap_or(0);
-        for record in RecordRefs::new(&section_bytes, records_count) {
-            let record = record.map_err(corrupt)?;
-            let record_offset = view.base_offset() + record.offset_delta as i64;
-            if record_offset < offset {
-                continue;
-            }
-            let slice = |range: std::ops::Range<usize>| section_bytes.slice(range);
-            let headers = record
-                .headers
-                .into_iter()
-                .map(|(key, value)| (String::from_utf8_lossy(&section_bytes[key]).into_owned(), value.map(slice)))
-                .collect();
-            records.push(ConsumerRecord {
-                topic: topic.clone(),
-                partition,
-                offset: record_offset,
-                timestamp_ms: view.base_timestamp().wrapping_add(record.timestamp_delta),
-                key: record.key.map(slice),
-                value: record.value.map(slice),
-                headers,
-            });
+        let skip_to = view.last_offset().saturating_add(1).max(expected + 1);
+        let decoded = decode_batch(topic, partition, offset, batches, batch_start, &view);
+        match decoded {
+            Ok(batch_records) => records.extend(batch_records),
+            Err(error) => return (records, Some(corrupt(error.to_string(), skip_to))),
         }
+        expected = expected.max(view.last_offset() + 1);
     }
-    Ok((records, next_offset))
+    (records, None)
+}
+
+/// The records at or after `offset` of one batch, all or nothing.
+fn decode_batch(
+    topic: &Arc<str>,
+    partition: i32,
+    offset: i64,
+    batches: &Bytes,
+    batch_start: usize,
+    view: &BatchView<'_>,
+) -> Result<Vec<ConsumerRecord>, abi::batch::BatchError> {
+    let section = records_section(view, DECOMPRESSED_BYTES_MAX)?;
+    let section_bytes = match section {
+        std::borrow::Cow::Borrowed(slice) => {
+            let start = batch_start + (slice.as_ptr() as usize - batches[batch_start..].as_ptr() as usize);
+            batches.slice(start..start + slice.len())
+        }
+        std::borrow::Cow::Owned(decompressed) => Bytes::from(decompressed),
+    };
+    let records_count = usize::try_from(view.records_count()).unwrap_or(0);
+    let mut records = Vec::with_capacity(records_count);
+    let mut previous_delta = -1i64;
+    for record in RecordRefs::new(&section_bytes, records_count) {
+        let record = record?;
+        // Offsets only grow inside a batch, and never past its last offset: a
+        // record breaking that would be handed out at a wrong or repeated offset.
+        let delta = i64::from(record.offset_delta);
+        if delta <= previous_delta || delta > i64::from(view.last_offset_delta()) {
+            return Err(abi::batch::BatchError::Malformed { reason: "record offset deltas are not increasing" });
+        }
+        previous_delta = delta;
+        let record_offset = view.base_offset() + delta;
+        if record_offset < offset {
+            continue;
+        }
+        let slice = |range: std::ops::Range<usize>| section_bytes.slice(range);
+        let headers = record
+            .headers
+            .into_iter()
+            .map(|(key, value)| (String::from_utf8_lossy(&section_bytes[key]).into_owned(), value.map(slice)))
+            .collect();
+        records.push(ConsumerRecord {
+            topic: topic.clone(),
+            partition,
+            offset: record_offset,
+            timestamp_ms: view.base_timestamp().wrapping_add(record.timestamp_delta),
+            key: record.key.map(slice),
+            value: record.value.map(slice),
+            headers,
+        });
+    }
+    Ok(records)
 }
 
 /// Resolves `offset` for a partition with `listOffset` (`At` is returned as is).

@@ -28,6 +28,24 @@ pub enum ClientError {
     /// The broker sent bytes that are not valid record batches.
     #[error("corrupt data from the broker: {0}")]
     Corrupt(String),
+    /// A stored batch of a partition cannot be decoded (written by a faulty
+    /// producer before the broker validated records, or damaged on disk). Every
+    /// record before it was delivered; the application decides whether to stop or
+    /// to seek to `skip_to` and lose the batch (as with Kafka's
+    /// `RecordDeserializationException`).
+    #[error(
+        "{topic}-{partition}: the batch at offset {offset} is corrupt ({reason}); the records before it were \
+         delivered; seek to offset {skip_to} to skip it"
+    )]
+    CorruptBatch {
+        topic: String,
+        partition: i32,
+        /// First offset of the bad batch (the position stays here).
+        offset: i64,
+        /// The offset after the bad batch: where a seek skips to.
+        skip_to: i64,
+        reason: String,
+    },
     /// The broker's answer broke the protocol (a missing field, an unknown value).
     #[error("protocol error: {0}")]
     Protocol(String),
@@ -51,7 +69,7 @@ impl ClientError {
             ClientError::Timeout { .. } => ErrorCode::RequestTimedOut,
             ClientError::InvalidConfig { .. } => ErrorCode::InvalidConfig,
             ClientError::InvalidArgument(_) => ErrorCode::InvalidRequest,
-            ClientError::Corrupt(_) => ErrorCode::CorruptMessage,
+            ClientError::Corrupt(_) | ClientError::CorruptBatch { .. } => ErrorCode::CorruptMessage,
             ClientError::Protocol(_) | ClientError::Closed => ErrorCode::UnknownServerError,
         }
     }

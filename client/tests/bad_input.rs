@@ -163,6 +163,12 @@ async fn corrupt_batches_are_refused_and_append_nothing() {
     bad_magic[16] = 1;
     let mut gzip = good.clone();
     gzip[22] |= 1; // attributes codec bits: gzip
+    // CRC-valid batches whose records a consumer could not read (found by an
+    // attacker's client): plain records labelled lz4, offset deltas out of order.
+    let mut plain_as_lz4 = good.clone();
+    plain_as_lz4[22] |= 3;
+    fix_crc(&mut plain_as_lz4);
+    let shuffled_deltas = with_offset_deltas(&batch_of(1_000, &[b"a", b"b", b"c"]), &[0, -5, 2]);
     let cases = [
         ("a flipped byte (CRC mismatch)", flipped, ErrorCode::CorruptMessage),
         ("a truncated batch", truncated, ErrorCode::CorruptMessage),
@@ -170,6 +176,8 @@ async fn corrupt_batches_are_refused_and_append_nothing() {
         ("magic 1", bad_magic, ErrorCode::CorruptMessage),
         ("no batch at all", Vec::new(), ErrorCode::CorruptMessage),
         ("gzip records", gzip, ErrorCode::UnsupportedCompression),
+        ("plain records labelled lz4", plain_as_lz4, ErrorCode::CorruptMessage),
+        ("offset deltas 0, -5, 2", shuffled_deltas, ErrorCode::CorruptMessage),
     ];
     for (what, batches, expected) in cases {
         assert_eq!(code_of(produce_raw(&connection, "strict", 0, batches).await), expected, "{what}");
@@ -177,6 +185,87 @@ async fn corrupt_batches_are_refused_and_append_nothing() {
     assert_eq!(list_offset_raw(&connection, "strict", 0, Query::Latest).await.unwrap(), 0, "nothing appended");
     assert_eq!(produce_raw(&connection, "strict", 0, good).await.unwrap().base_offset, 0);
     healthy.check("corrupt batches").await;
+    broker.stop().await;
+}
+
+/// Recomputes the CRC of an encoded batch after its covered bytes were edited.
+fn fix_crc(batch: &mut [u8]) {
+    let crc = abi::batch::BatchView::new(batch).unwrap().computed_crc();
+    batch[abi::batch::field::CRC..abi::batch::field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// `batch` with its records' offset deltas replaced (CRC valid).
+fn with_offset_deltas(batch: &[u8], deltas: &[i32]) -> Vec<u8> {
+    let mut model = abi::batch::RecordBatch::decode(batch).unwrap();
+    for (record, delta) in model.records.iter_mut().zip(deltas) {
+        record.offset_delta = *delta;
+    }
+    model.encode().unwrap()
+}
+
+/// A batch that passes every check recovery makes but that no consumer can
+/// decode, as a producer could store before the broker validated records (or a
+/// disk could hand back): consumers get every record before it, then a typed error
+/// naming it, and go on after a seek past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_bad_batch_stops_consumers_at_it_and_a_seek_skips_it() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("poisoned", 1)).await.unwrap();
+    let connection = broker.connect().await;
+    produce_raw(&connection, "poisoned", 0, batch_of(1_000, &[b"r0", b"r1"])).await.unwrap();
+    broker.stop().await;
+
+    // Offsets 2..=4: plain records labelled lz4, appended behind the broker's back.
+    let partition_dir = temp.path().join("poisoned-0");
+    let segment = std::fs::read_dir(&partition_dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.extension().is_some_and(|extension| extension == "log"))
+        .unwrap();
+    let mut bad = batch_of(1_000, &[b"x2", b"x3", b"x4"]);
+    abi::batch::set_base_offset(&mut bad, 2);
+    bad[abi::batch::field::ATTRIBUTES + 1] |= 3;
+    fix_crc(&mut bad);
+    let mut file = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
+    std::io::Write::write_all(&mut file, &bad).unwrap();
+    file.sync_all().unwrap();
+    std::fs::remove_file(partition_dir.join("clean-shutdown")).unwrap();
+
+    let broker = TestBroker::start(temp.path()).await;
+    let connection = broker.connect().await;
+    let after = produce_raw(&connection, "poisoned", 0, batch_of(1_000, &[b"r5"])).await.unwrap();
+    assert_eq!(after.base_offset, 5, "recovery kept the bad batch (its header and CRC are valid)");
+
+    let consumer = Consumer::new(broker.consumer_config()).unwrap();
+    consumer.assign(&[("poisoned".to_owned(), 0)]).await.unwrap();
+    consumer.seek("poisoned", 0, Offset::Beginning).unwrap();
+    let before = consume(&consumer, 2).await;
+    let values: Vec<&[u8]> = before.iter().map(|record| record.value.as_deref().unwrap()).collect();
+    assert_eq!(values, [b"r0", b"r1"]);
+    let error = loop {
+        match consumer.poll(Duration::from_secs(10)).await {
+            Ok(records) => assert!(records.is_empty(), "records after the bad batch: {records:?}"),
+            Err(error) => break error,
+        }
+    };
+    let ClientError::CorruptBatch { ref topic, partition, offset, skip_to, .. } = error else {
+        panic!("expected CorruptBatch, got {error:?}");
+    };
+    assert_eq!((topic.as_str(), partition, offset, skip_to), ("poisoned", 0, 2, 5), "{error}");
+    assert_eq!(error.code(), ErrorCode::CorruptMessage);
+    assert_eq!(consumer.position("poisoned", 0), Some(2), "the position stays at the bad batch");
+    // Not skipped silently: the next poll fails the same way.
+    let again = loop {
+        match consumer.poll(Duration::from_secs(10)).await {
+            Ok(records) => assert!(records.is_empty()),
+            Err(error) => break error,
+        }
+    };
+    assert_eq!(again, error);
+    consumer.seek("poisoned", 0, Offset::At(skip_to)).unwrap();
+    let rest = consume(&consumer, 1).await;
+    assert_eq!((rest[0].offset, rest[0].value.as_deref()), (5, Some(&b"r5"[..])));
     broker.stop().await;
 }
 

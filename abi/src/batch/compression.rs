@@ -92,17 +92,39 @@ pub(crate) fn decompress(
     section: &[u8],
     decompressed_bytes_max: usize,
 ) -> Result<Cow<'_, [u8]>, BatchError> {
+    if compression == Compression::None {
+        return Ok(Cow::Borrowed(section));
+    }
     let mut decompressed = Vec::new();
+    decompress_into(compression, section, &mut decompressed, decompressed_bytes_max)?;
+    Ok(Cow::Owned(decompressed))
+}
+
+/// [`decompress`] of a compressed section into `out` (cleared first), so a caller
+/// that decompresses batch after batch reuses one buffer. [`Compression::None`]
+/// copies the section.
+pub(crate) fn decompress_into(
+    compression: Compression,
+    section: &[u8],
+    out: &mut Vec<u8>,
+    decompressed_bytes_max: usize,
+) -> Result<(), BatchError> {
+    out.clear();
     match compression {
-        Compression::None => return Ok(Cow::Borrowed(section)),
-        Compression::Lz4 => decompress_lz4(section, &mut decompressed, decompressed_bytes_max)?,
+        Compression::None => {
+            if section.len() > decompressed_bytes_max {
+                return Err(BatchError::DecompressedTooLarge { compression, limit: decompressed_bytes_max });
+            }
+            out.extend_from_slice(section);
+        }
+        Compression::Lz4 => decompress_lz4(section, out, decompressed_bytes_max)?,
         Compression::Zstd => {
             let decoder = zstd::stream::read::Decoder::with_buffer(section).map_err(decompression(compression))?;
-            read_bounded(compression, decoder, &mut decompressed, decompressed_bytes_max)?;
+            read_bounded(compression, decoder, out, decompressed_bytes_max)?;
         }
         Compression::Gzip | Compression::Snappy => return Err(BatchError::UnsupportedCompression { compression }),
     }
-    Ok(Cow::Owned(decompressed))
+    Ok(())
 }
 
 /// Decodes the LZ4 frames filling `section`, one after another.

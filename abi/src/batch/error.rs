@@ -90,6 +90,24 @@ pub enum BatchError {
         /// The limit in bytes that was exceeded.
         limit: usize,
     },
+    /// A record's offset delta is not its position in the batch. A producer's
+    /// batch numbers its records 0, 1, 2, …; anything else makes consumers
+    /// compute wrong or duplicate offsets.
+    #[error("record {index} of the batch has offset delta {offset_delta}, expected {index}")]
+    OffsetDeltaMismatch {
+        /// Position of the record in the batch (0-based).
+        index: usize,
+        /// The offset delta it carries.
+        offset_delta: i32,
+    },
+    /// A record's timestamp delta takes its timestamp outside the 64-bit range.
+    #[error("record {index} of the batch has timestamp delta {timestamp_delta}, which overflows the base timestamp")]
+    TimestampOverflow {
+        /// Position of the record in the batch (0-based).
+        index: usize,
+        /// The timestamp delta it carries.
+        timestamp_delta: i64,
+    },
     /// The bytes break the record layout (or a model cannot be encoded).
     #[error("malformed record batch: {reason}")]
     Malformed {

@@ -49,7 +49,7 @@ pub use error::BatchError;
 pub use iter::BatchIter;
 pub use model::RecordBatch;
 pub use record::{Header, Record};
-pub use records::{records_section, records_section_unverified, RecordRef, RecordRefs};
+pub use records::{records_section, records_section_unverified, validate_records, RecordRef, RecordRefs};
 pub use view::{set_base_offset, set_partition_leader_epoch, BatchView};
 pub use writer::{BatchWriter, ProducerFields};
 

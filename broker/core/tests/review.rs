@@ -154,7 +154,7 @@ fn a_shutdown_flush_overtaking_a_round_still_syncs_what_the_round_holds() {
 }
 
 #[test]
-fn offset_for_timestamp_never_trusts_a_record_offset_delta() {
+fn a_record_with_a_wrong_offset_delta_is_refused_and_lookups_stay_right() {
     let storage = MemStorage::new();
     let mut log = open(&storage, &small_config()).unwrap();
     log.append(&mut batch(&[(100, b"a".to_vec())]), 0).unwrap();
@@ -162,6 +162,17 @@ fn offset_for_timestamp_never_trusts_a_record_offset_delta() {
     builder.push(200, None, Some(b"b"), &[]);
     let mut model = abi::batch::RecordBatch::decode(&builder.encode()).unwrap();
     model.records[0].offset_delta = -5;
-    log.append(&mut model.encode().unwrap(), 0).unwrap();
+    let refused = log.append(&mut model.encode().unwrap(), 0).unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            LogError::InvalidBatch {
+                source: abi::batch::BatchError::OffsetDeltaMismatch { index: 0, offset_delta: -5 },
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    log.append(&mut batch(&[(200, b"b".to_vec())]), 0).unwrap();
     assert_eq!(log.offset_for_timestamp(150).unwrap(), Some(1));
 }

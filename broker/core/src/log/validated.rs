@@ -1,6 +1,7 @@
 //! [`ValidatedBatches`]: an append request that passed every check that does not
 //! need the log's state — batch framing, magic, CRC-32C, codec, one offset per
-//! record, and the size limits.
+//! record, every record's framing and offset delta (compressed batches are
+//! decompressed to check them, as Kafka's broker does), and the size limits.
 //!
 //! Validation is the expensive part of an append (the CRC reads every byte), and it
 //! needs nothing but the bytes and the limits. So the log's owner validates *before*
@@ -9,9 +10,19 @@
 //! type is the proof that validation happened; the log re-checks only the cheap size
 //! limits, in case its config changed in between.
 
-use abi::batch::{BatchError, BatchView};
+use std::cell::RefCell;
+
+use abi::batch::{validate_records, BatchError, BatchView, DECOMPRESSED_BYTES_MAX};
 
 use super::{LogConfig, LogError};
+
+thread_local! {
+    /// Decompression buffer of the validating thread, reused across batches.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Largest decompression buffer a thread keeps between appends.
+const SCRATCH_KEPT_BYTES: usize = 4 * 1024 * 1024;
 
 /// Where one validated batch sits in the request.
 #[derive(Clone, Copy, Debug)]
@@ -57,6 +68,18 @@ impl<'a> ValidatedBatches<'a> {
                 };
                 return Err(invalid(source));
             }
+            // Every record as a consumer will read it (framing, offset deltas, the
+            // compressed stream): a batch stored here decodes in every client.
+            SCRATCH
+                .with_borrow_mut(|scratch| {
+                    let checked = validate_records(&view, scratch, DECOMPRESSED_BYTES_MAX);
+                    // Keep an outsized decompression buffer only until the next call.
+                    if scratch.capacity() > SCRATCH_KEPT_BYTES {
+                        *scratch = Vec::new();
+                    }
+                    checked
+                })
+                .map_err(invalid)?;
             let size_bytes = view.size_bytes();
             let last_offset_delta = view.last_offset_delta() as u64;
             spans.push(BatchSpan { position, size_bytes, last_offset_delta, max_timestamp: view.max_timestamp() });
