@@ -176,3 +176,20 @@ fn a_record_with_a_wrong_offset_delta_is_refused_and_lookups_stay_right() {
     log.append(&mut batch(&[(200, b"b".to_vec())]), 0).unwrap();
     assert_eq!(log.offset_for_timestamp(150).unwrap(), Some(1));
 }
+
+#[test]
+fn a_read_within_max_bytes_never_reads_a_first_batch_that_does_not_fit() {
+    let storage = MemStorage::new();
+    let mut log = open(&storage, &small_config()).unwrap();
+    for index in 0..3i64 {
+        log.append(&mut batch(&[(index, vec![b'x'; 300])]), 0).unwrap();
+    }
+    let mut buffer = Vec::new();
+    let whole = log.read(0, 50, None).unwrap().read_into(&mut buffer).unwrap();
+    assert_eq!((whole.batch_count, whole.next_offset), (1, 1), "a consumer always progresses");
+    let mut buffer = Vec::new();
+    let strict = log.read(0, 50, None).unwrap().within_max_bytes().read_into(&mut buffer).unwrap();
+    assert_eq!((strict.batch_count, strict.next_offset, buffer.capacity()), (0, 0, 0), "nothing read");
+    let fits = log.read(0, 1_000, None).unwrap().within_max_bytes().read_into(&mut buffer).unwrap();
+    assert_eq!(fits.batch_count, 2, "whole batches up to max_bytes");
+}

@@ -101,6 +101,19 @@ impl Default for PluginSettings {
 pub struct Limits {
     /// Open client connections; more are refused (`connections_max`).
     pub connections_max: usize,
+    /// Open connections from one IP address (`connections_per_ip_max`), so one host
+    /// cannot take every slot (Kafka's `max.connections.per.ip`).
+    pub connections_per_ip_max: usize,
+    /// A request whose first bytes arrived must arrive whole within this
+    /// (`request_timeout_ms`); else its connection is closed.
+    pub request_timeout_ms: u32,
+    /// A connection with no bytes moving and nothing in flight for this long is
+    /// closed (`idle_timeout_ms`, Kafka's `connections.max.idle.ms`).
+    pub idle_timeout_ms: u32,
+    /// Answer bytes one connection may hold unsent (`unsent_response_bytes_max`):
+    /// past it, the connection's requests are not read and its fetches wait until
+    /// the peer reads.
+    pub unsent_response_bytes_max: usize,
     /// Calls in flight on one connection (`in_flight_calls_max`).
     pub in_flight_calls_max: usize,
     /// Largest Cap'n Proto request message (`request_bytes_max`); see
@@ -122,6 +135,10 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             connections_max: 1024,
+            connections_per_ip_max: 256,
+            request_timeout_ms: 30_000,
+            idle_timeout_ms: 600_000,
+            unsent_response_bytes_max: 64 * MIB,
             in_flight_calls_max: 64,
             request_bytes_max: 16 * MIB + REQUEST_OVERHEAD_BYTES,
             nesting_limit: 16,
@@ -318,6 +335,10 @@ impl BrokerConfig {
 impl Limits {
     fn apply_file(&mut self, raw: RawLimits) {
         self.connections_max = raw.connections_max.unwrap_or(self.connections_max);
+        self.connections_per_ip_max = raw.connections_per_ip_max.unwrap_or(self.connections_per_ip_max);
+        self.request_timeout_ms = raw.request_timeout_ms.unwrap_or(self.request_timeout_ms);
+        self.idle_timeout_ms = raw.idle_timeout_ms.unwrap_or(self.idle_timeout_ms);
+        self.unsent_response_bytes_max = raw.unsent_response_bytes_max.unwrap_or(self.unsent_response_bytes_max);
         self.in_flight_calls_max = raw.in_flight_calls_max.unwrap_or(self.in_flight_calls_max);
         self.request_bytes_max = raw.request_bytes_max.unwrap_or(self.request_bytes_max);
         self.nesting_limit = raw.nesting_limit.unwrap_or(self.nesting_limit);
@@ -329,6 +350,10 @@ impl Limits {
 
     fn check(&self, problems: &mut Vec<String>, log: &LogConfig) {
         check_at_least(problems, "limits.connections_max", self.connections_max, 1);
+        check_at_least(problems, "limits.connections_per_ip_max", self.connections_per_ip_max, 1);
+        check_range(problems, "limits.request_timeout_ms", self.request_timeout_ms, 100, 3_600_000);
+        check_range(problems, "limits.idle_timeout_ms", self.idle_timeout_ms, 100, u32::MAX);
+        check_at_least(problems, "limits.unsent_response_bytes_max", self.unsent_response_bytes_max, 64 * KIB);
         check_at_least(problems, "limits.in_flight_calls_max", self.in_flight_calls_max, 1);
         check_range(problems, "limits.request_bytes_max", self.request_bytes_max, 64 * KIB, GIB);
         let batch_request_bytes = log.batch_bytes_max as usize + REQUEST_OVERHEAD_BYTES;
@@ -407,6 +432,10 @@ struct RawPlugins {
 #[serde(deny_unknown_fields)]
 struct RawLimits {
     connections_max: Option<usize>,
+    connections_per_ip_max: Option<usize>,
+    request_timeout_ms: Option<u32>,
+    idle_timeout_ms: Option<u32>,
+    unsent_response_bytes_max: Option<usize>,
     in_flight_calls_max: Option<usize>,
     request_bytes_max: Option<usize>,
     nesting_limit: Option<i32>,
@@ -579,6 +608,10 @@ mod tests {
 
             [limits]
             connections_max = 10
+            connections_per_ip_max = 5
+            request_timeout_ms = 2000
+            idle_timeout_ms = 60000
+            unsent_response_bytes_max = 1048576
             in_flight_calls_max = 3
             request_bytes_max = 2097152
             nesting_limit = 32
@@ -622,6 +655,10 @@ mod tests {
             rpc_threads: 8,
             limits: Limits {
                 connections_max: 10,
+                connections_per_ip_max: 5,
+                request_timeout_ms: 2000,
+                idle_timeout_ms: 60_000,
+                unsent_response_bytes_max: MIB,
                 in_flight_calls_max: 3,
                 request_bytes_max: 2 * MIB,
                 nesting_limit: 32,
@@ -821,6 +858,10 @@ mod tests {
         assert!(advertised_listener.is_none() && EXAMPLE.contains("# advertised_listener = "));
         let RawLimits {
             connections_max,
+            connections_per_ip_max,
+            request_timeout_ms,
+            idle_timeout_ms,
+            unsent_response_bytes_max,
             in_flight_calls_max,
             request_bytes_max,
             nesting_limit,
@@ -831,6 +872,10 @@ mod tests {
         } = limits.as_ref().expect("the example has [limits]");
         let limits = [
             connections_max.is_some(),
+            connections_per_ip_max.is_some(),
+            request_timeout_ms.is_some(),
+            idle_timeout_ms.is_some(),
+            unsent_response_bytes_max.is_some(),
             in_flight_calls_max.is_some(),
             request_bytes_max.is_some(),
             nesting_limit.is_some(),
@@ -839,7 +884,7 @@ mod tests {
             produce_timeout_ms_max.is_some(),
             topic_partitions_max.is_some(),
         ];
-        assert_eq!(limits, [true; 8]);
+        assert_eq!(limits, [true; 12]);
         let RawPlugins { call_deadline_ms, memory_bytes_max, output_bytes_max, instances_max } =
             plugins.as_ref().expect("the example has [plugins]");
         let plugins = [

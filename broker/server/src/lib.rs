@@ -70,6 +70,7 @@ pub mod rpc;
 pub mod server;
 pub mod storage;
 pub mod transforms;
+pub mod transport;
 
 pub use config::{BrokerConfig, BrokerConfigError, ConfigOverrides, Limits};
 pub use error::ApiError;

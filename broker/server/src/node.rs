@@ -872,6 +872,11 @@ impl Node {
         Ok(Produced { base_offset: base_offset as i64, log_start_offset: log_start_offset as i64 })
     }
 
+    /// The most bytes one fetch answer holds (`limits.fetch_bytes_max`).
+    pub fn fetch_bytes_max(&self) -> u32 {
+        self.limits.fetch_bytes_max
+    }
+
     /// Reads committed batches from `offset` into the start of `buffer` (which only
     /// grows, so a reused buffer is never zeroed again), waiting up to
     /// `max_wait_ms` for at least `min_bytes`: [`Node::fetch_many`] of one partition.
@@ -927,11 +932,12 @@ impl Node {
                     let (size_bytes, log_start_offset, high_watermark) = match budget {
                         0 => (0, partition.offsets()?.0, partition.high_watermark()),
                         budget => {
-                            let (_, size_bytes, log_start_offset, high_watermark) =
-                                partition.read_committed_prefix(offset, budget, buffer)?;
                             // A first batch bigger than what is left of the total is only
-                            // sent when nothing else is (so a consumer always progresses).
-                            let size_bytes = if size_bytes > budget && total > 0 { 0 } else { size_bytes };
+                            // sent when nothing else is (so a consumer always progresses);
+                            // otherwise it is not even read, so entries past a full answer
+                            // cost no reads and no buffers.
+                            let (_, size_bytes, log_start_offset, high_watermark) =
+                                partition.read_committed_prefix(offset, budget, total == 0, buffer)?;
                             (size_bytes, log_start_offset, high_watermark)
                         }
                     };

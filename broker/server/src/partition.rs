@@ -264,15 +264,18 @@ impl Partition {
     /// the high watermark (what consumers may see), into the start of `buffer`
     /// without shrinking it (see `ReadPlan::read_into_prefix`). Returns the read,
     /// how many leading bytes of `buffer` hold it, the log start offset and the
-    /// high watermark the read saw.
+    /// high watermark the read saw. Without `first_batch_may_exceed`, a first batch
+    /// bigger than `max_bytes` is not read (see `ReadPlan::within_max_bytes`).
     pub fn read_committed_prefix(
         &self,
         offset: u64,
         max_bytes: usize,
+        first_batch_may_exceed: bool,
         buffer: &mut Vec<u8>,
     ) -> Result<(ReadInfo, usize, u64, u64), LogError> {
         let high_watermark = self.high_watermark();
         let plan = self.with_log(|log| log.read(offset, max_bytes, Some(high_watermark)))?;
+        let plan = if first_batch_may_exceed { plan } else { plan.within_max_bytes() };
         let (info, kept_bytes) = plan.read_into_prefix(buffer)?;
         Ok((info, kept_bytes, plan.log_start_offset, high_watermark))
     }

@@ -6,6 +6,9 @@
 //! shared state is the `Arc<Node>`. Each connection has its own [`CallGate`]: more
 //! than `in_flight_calls_max` calls at once are refused with an `overloaded` RPC
 //! error (clients map it to `ResourceExhausted`) instead of queueing unboundedly.
+//! Fetches reserve room for their answers in the connection's answer budget before
+//! they read, and big answers are counted until written (see `transport.rs`), so a
+//! peer that does not read its answers cannot make them pile up.
 //!
 //! Failures of a request are answered in the result's `error` field with a code
 //! from the `ErrorCode` table; RPC-level errors are reserved for malformed calls
@@ -23,20 +26,23 @@ use broker_core::group::record::OffsetValue;
 use crate::error::ApiError;
 use crate::node::{self, Node, OffsetQuery, PartitionInfo};
 use crate::plugins::PluginSummary;
+use crate::transport::{CallActivity, ConnectionState};
 
 /// Counts a connection's calls in flight; see the module docs.
 #[derive(Debug)]
 pub struct CallGate {
     in_flight: Cell<usize>,
     in_flight_max: usize,
+    /// The connection's byte edge: answer room, idleness.
+    connection: Rc<ConnectionState>,
 }
 
 /// Holds one slot of a [`CallGate`] until dropped.
-struct CallPermit(Rc<CallGate>);
+struct CallPermit(Rc<CallGate>, #[allow(dead_code)] CallActivity);
 
 impl CallGate {
-    pub fn new(in_flight_max: usize) -> Rc<CallGate> {
-        Rc::new(CallGate { in_flight: Cell::new(0), in_flight_max })
+    pub fn new(in_flight_max: usize, connection: Rc<ConnectionState>) -> Rc<CallGate> {
+        Rc::new(CallGate { in_flight: Cell::new(0), in_flight_max, connection })
     }
 
     fn enter(self: &Rc<Self>) -> Result<CallPermit, capnp::Error> {
@@ -48,7 +54,7 @@ impl CallGate {
             )));
         }
         self.in_flight.set(in_flight + 1);
-        Ok(CallPermit(self.clone()))
+        Ok(CallPermit(self.clone(), self.connection.call_started()))
     }
 }
 
@@ -75,6 +81,15 @@ impl BrokerService {
 struct AdminService {
     node: Arc<Node>,
     gate: Rc<CallGate>,
+}
+
+/// Most topics one `metadata` call may name (none names every topic).
+const METADATA_TOPICS_MAX: usize = 10_000;
+
+/// Room a fetch reserves for its answer: what it asked for, within the broker's
+/// cap (a first batch bigger than that is counted when built).
+fn answer_bytes_max(node: &Node, max_bytes: u32) -> usize {
+    max_bytes.clamp(1, node.fetch_bytes_max()) as usize
 }
 
 /// Fetch read buffers kept per connection thread (at most this many).
@@ -217,7 +232,18 @@ impl broker::Server for BrokerService {
         mut results: broker::MetadataResults,
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
-        let names = params.get()?.get_topics()?.iter().map(|name| text(name?)).collect::<Result<Vec<_>, _>>()?;
+        let requested = params.get()?.get_topics()?;
+        if requested.len() as usize > METADATA_TOPICS_MAX {
+            return Err(capnp::Error::failed(format!(
+                "a metadata call names {} topics; at most {METADATA_TOPICS_MAX} per call (name none for all)",
+                requested.len()
+            )));
+        }
+        let mut names = requested.iter().map(|name| text(name?)).collect::<Result<Vec<_>, _>>()?;
+        // Each name is answered once, however often it is asked for.
+        let mut seen = std::collections::HashSet::new();
+        names.retain(|name| seen.insert(name.clone()));
+        drop(seen);
         let info = self.node.metadata(&names);
         let mut metadata = results.get().init_metadata();
         metadata.set_controller_id(info.controller_id);
@@ -248,6 +274,7 @@ impl broker::Server for BrokerService {
                 set_error(builder.init_error(), api_error);
             }
         }
+        self.gate.connection.answered(results.get().total_size()?.word_count as usize * 8);
         Ok(())
     }
 
@@ -328,11 +355,13 @@ impl broker::Server for BrokerService {
             min_bytes: request.get_min_bytes(),
             max_wait_ms: request.get_max_wait_ms(),
         };
+        let room = self.gate.connection.reserve_answer(answer_bytes_max(&self.node, fetch.max_bytes)).await;
         let mut buffer = take_fetch_buffer();
         let outcome = self.node.fetch(fetch, &mut buffer).await;
         let mut response = results.get().init_response();
         match outcome {
             Ok(fetched) => {
+                room.built(fetched.size_bytes);
                 response.set_batches(&buffer[..fetched.size_bytes]);
                 response.set_high_watermark(fetched.high_watermark);
                 response.set_log_start_offset(fetched.log_start_offset);
@@ -372,9 +401,11 @@ impl broker::Server for BrokerService {
             (partitions, request.get_min_bytes(), request.get_max_wait_ms(), request.get_max_bytes(), group)
         };
         drop(params);
+        let room = self.gate.connection.reserve_answer(answer_bytes_max(&self.node, max_bytes)).await;
         let mut buffers: Vec<Vec<u8>> = (0..partitions.len()).map(|_| take_fetch_buffer()).collect();
         let mut answers = self.node.fetch_many(&partitions, min_bytes, max_wait_ms, max_bytes, &mut buffers).await;
         self.node.intercept_fetched(&partitions, group.as_deref(), &mut answers, &mut buffers);
+        room.built(answers.iter().flatten().map(|fetched| fetched.size_bytes).sum());
         let mut list = results.get().init_partitions(partitions.len() as u32);
         for (index, ((fetch, answer), buffer)) in partitions.iter().zip(&answers).zip(&buffers).enumerate() {
             let mut data = list.reborrow().get(index as u32);

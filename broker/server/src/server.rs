@@ -11,20 +11,24 @@
 //! `!Send`) and take connections round-robin. Broker state crosses threads only as
 //! `Arc<Node>`.
 //!
-//! Bounds: at most `connections_max` connections (more are closed at once, with a
-//! warning); per connection, `in_flight_calls_max` calls (see `rpc.rs`); every
-//! incoming message is limited to `request_bytes_max` bytes and `nesting_limit`
-//! levels by capnp's reader options — a message past them closes its connection,
-//! nobody else notices.
+//! Bounds: at most `connections_max` connections, `connections_per_ip_max` from
+//! one address (more are closed at once, with a warning); per connection,
+//! `in_flight_calls_max` calls (see `rpc.rs`), `unsent_response_bytes_max` of
+//! answers, `request_timeout_ms` to finish a started request and
+//! `idle_timeout_ms` of idleness (see `transport.rs`); every incoming message is
+//! limited to `request_bytes_max` bytes and `nesting_limit` levels — a message past
+//! them closes its connection, nobody else notices.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use abi::weir_capnp::broker;
 use capnp_rpc::{rpc_twoparty_capnp, twoparty, RpcSystem};
-use futures::io::{BufReader, BufWriter};
+use futures::io::BufWriter;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
@@ -32,6 +36,7 @@ use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use crate::config::{BrokerConfig, Limits};
 use crate::node::{Node, NodeError};
 use crate::rpc::{BrokerService, CallGate};
+use crate::transport::{ConnectionLimits, ConnectionState, GuardedReader, GuardedWriter};
 
 /// How often group sessions are checked for expiry.
 const GROUP_EXPIRY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
@@ -63,8 +68,47 @@ pub struct Server {
     rpc_threads: usize,
 }
 
-/// A connection on its way to a connection thread, with its slot.
-type Accepted = (TcpStream, OwnedSemaphorePermit);
+/// A connection on its way to a connection thread, with its slots.
+type Accepted = (TcpStream, ConnectionSlots);
+
+/// A connection's slot among `connections_max` and among its address's
+/// `connections_per_ip_max`; both are given back when it is dropped.
+#[derive(Debug)]
+struct ConnectionSlots {
+    _global: OwnedSemaphorePermit,
+    ip: IpAddr,
+    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl ConnectionSlots {
+    /// Takes a slot for `ip`, or `None` when that address holds its maximum.
+    fn take(
+        global: OwnedSemaphorePermit,
+        ip: IpAddr,
+        per_ip: &Arc<Mutex<HashMap<IpAddr, usize>>>,
+        per_ip_max: usize,
+    ) -> Option<ConnectionSlots> {
+        let mut counts = per_ip.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = counts.entry(ip).or_insert(0);
+        if *count >= per_ip_max {
+            return None;
+        }
+        *count += 1;
+        Some(ConnectionSlots { _global: global, ip, per_ip: per_ip.clone() })
+    }
+}
+
+impl Drop for ConnectionSlots {
+    fn drop(&mut self) {
+        let mut counts = self.per_ip.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = counts.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
 
 /// Binds, serves until `shutdown`, shuts down cleanly.
 pub async fn run(config: BrokerConfig, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
@@ -113,6 +157,7 @@ impl Server {
         }
         self.node.start_transforms(tokio::runtime::Handle::current());
         let connection_slots = Arc::new(Semaphore::new(self.limits.connections_max));
+        let per_ip = Arc::new(Mutex::new(HashMap::new()));
         let group_expiry = tokio::spawn({
             let node = self.node.clone();
             async move {
@@ -143,8 +188,13 @@ impl Server {
                 tracing::warn!(%peer, connections_max = self.limits.connections_max, "too many connections; closing");
                 continue;
             };
+            let per_ip_max = self.limits.connections_per_ip_max;
+            let Some(slots) = ConnectionSlots::take(permit, peer.ip(), &per_ip, per_ip_max) else {
+                tracing::warn!(%peer, connections_per_ip_max = per_ip_max, "too many connections from one address; closing");
+                continue;
+            };
             tracing::debug!(%peer, "connection accepted");
-            let _ = senders[next_thread].send((stream, permit));
+            let _ = senders[next_thread].send((stream, slots));
             next_thread = (next_thread + 1) % senders.len();
         }
         tracing::info!("shutting down");
@@ -191,24 +241,32 @@ fn spawn_connection_thread(
 }
 
 /// Runs one connection's RPC system until the peer goes away or breaks a limit.
-async fn serve_connection(stream: TcpStream, permit: OwnedSemaphorePermit, node: Arc<Node>, limits: Limits) {
+async fn serve_connection(stream: TcpStream, slots: ConnectionSlots, node: Arc<Node>, limits: Limits) {
     let peer = stream.peer_addr().ok();
     let _ = stream.set_nodelay(true);
     let (reader, writer) = stream.into_split();
     let mut options = capnp::message::ReaderOptions::new();
     options.traversal_limit_in_words(Some(limits.request_bytes_max / 8)).nesting_limit(limits.nesting_limit);
+    let connection = ConnectionState::new(ConnectionLimits {
+        request_bytes_max: limits.request_bytes_max,
+        request_timeout: Duration::from_millis(u64::from(limits.request_timeout_ms)),
+        idle_timeout: Duration::from_millis(u64::from(limits.idle_timeout_ms)),
+        unsent_response_bytes_max: limits.unsent_response_bytes_max,
+    });
+    // The guarded reader buffers and frames requests itself; the writer counts
+    // what reaches the socket (below the write buffer).
     let network = twoparty::VatNetwork::new(
-        BufReader::with_capacity(SOCKET_BUFFER_BYTES, reader.compat()),
-        BufWriter::with_capacity(SOCKET_BUFFER_BYTES, writer.compat_write()),
+        GuardedReader::new(reader.compat(), connection.clone()),
+        BufWriter::with_capacity(SOCKET_BUFFER_BYTES, GuardedWriter::new(writer.compat_write(), connection.clone())),
         rpc_twoparty_capnp::Side::Server,
         options,
     );
-    let service = BrokerService::new(node, CallGate::new(limits.in_flight_calls_max));
+    let service = BrokerService::new(node, CallGate::new(limits.in_flight_calls_max, connection));
     let bootstrap: broker::Client = capnp_rpc::new_client(service);
     let rpc = RpcSystem::new(Box::new(network), Some(bootstrap.client));
     match rpc.await {
         Ok(()) => tracing::debug!(?peer, "connection closed"),
-        Err(error) => tracing::info!(?peer, %error, "connection closed after a protocol error"),
+        Err(error) => tracing::info!(?peer, %error, "connection closed after a protocol error or timeout"),
     }
-    drop(permit);
+    drop(slots);
 }

@@ -355,6 +355,7 @@ impl Log {
             offset,
             offset_end,
             max_bytes,
+            first_batch_may_exceed: true,
             log_start_offset,
             log_end_offset,
         })

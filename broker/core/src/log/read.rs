@@ -8,8 +8,9 @@
 //! The bytes returned are the stored batches, unchanged (never re-encoded): whole
 //! batches only, starting with the batch that holds the requested offset, at most
 //! `max_bytes` unless the first batch alone is bigger (then exactly that batch, so a
-//! consumer always progresses), and never a batch reaching `offset_end` (the high
-//! watermark, once replication exists).
+//! consumer always progresses — unless [`ReadPlan::within_max_bytes`] says the
+//! answer must not exceed `max_bytes`: then nothing is read), and never a batch
+//! reaching `offset_end` (the high watermark).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub struct ReadPlan {
     pub(crate) offset: u64,
     pub(crate) offset_end: u64,
     pub(crate) max_bytes: usize,
+    /// Whether a first batch bigger than `max_bytes` is returned whole.
+    pub(crate) first_batch_may_exceed: bool,
     /// Log start offset when the plan was made.
     pub log_start_offset: u64,
     /// Log end offset when the plan was made.
@@ -50,6 +53,15 @@ pub struct ReadInfo {
 }
 
 impl ReadPlan {
+    /// Never returns more than `max_bytes`, not even one batch: what a multi-partition
+    /// fetch uses once another partition's bytes are in its answer. A first batch
+    /// that does not fit is not read at all (only its header), so an answer that is
+    /// full costs no reads, whatever the request asks for after it.
+    pub fn within_max_bytes(mut self) -> ReadPlan {
+        self.first_batch_may_exceed = false;
+        self
+    }
+
     /// Reads the planned batches into `buffer` (cleared first; reuse it across calls
     /// to avoid allocation). Returns what was read.
     pub fn read_into(&self, buffer: &mut Vec<u8>) -> Result<ReadInfo, LogError> {
@@ -68,6 +80,9 @@ impl ReadPlan {
         let Some((position, first)) = located.filter(|(_, header)| header.last_offset < self.offset_end) else {
             return Ok((nothing, 0));
         };
+        if !self.first_batch_may_exceed && first.size_bytes as usize > self.max_bytes {
+            return Ok((nothing, 0));
+        }
         let available = (self.end_position - position) as usize;
         let want = self.max_bytes.max(first.size_bytes as usize).min(available);
         if buffer.len() < want {

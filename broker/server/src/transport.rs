@@ -1,0 +1,420 @@
+//! The byte edge of one connection: what stands between the socket and capnp-rpc,
+//! so that no client — however it sends or fails to read — can make the broker
+//! hold memory it did not earn.
+//!
+//! - [`GuardedReader`] frames Cap'n Proto messages itself and hands capnp a message
+//!   only once all of its bytes have arrived. capnp's own reader allocates (and
+//!   zeroes) the size a frame header *declares* before the body arrives, so an
+//!   8-byte header alone used to commit `request_bytes_max`; here the buffer grows
+//!   with bytes received. It also enforces the connection's timeouts (a started
+//!   request must complete within `request_timeout_ms`; a connection with nothing
+//!   in flight closes after `idle_timeout_ms`) and stops reading requests while
+//!   the connection's answers are not being read (below).
+//! - [`GuardedWriter`] counts the bytes that reach the socket.
+//! - [`ConnectionState`] ties them to the RPC handlers: a fetch reserves room for
+//!   its answer ([`ConnectionState::reserve_answer`]) before it reads, and the room
+//!   comes back as the writer moves bytes to the socket. A connection whose peer
+//!   does not read its answers stops being read (backpressure, not buffering), and
+//!   its fetches wait: unsent and reserved answers stay within
+//!   `unsent_response_bytes_max`, or one answer when a single one is bigger.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use futures::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Notify;
+use tokio::time::{Instant, Sleep};
+
+/// Bytes read from the socket at a time (the buffer grows by at most this much
+/// beyond the bytes actually received).
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Buffer the reader keeps between messages; a bigger one (after a large request)
+/// is released.
+const BUFFER_KEPT_BYTES: usize = 256 * 1024;
+/// Most segments a message may have (capnp's own limit).
+const SEGMENTS_MAX: usize = 512;
+
+/// The limits one connection enforces.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    pub request_bytes_max: usize,
+    pub request_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub unsent_response_bytes_max: usize,
+}
+
+/// What the reader, the writer and the RPC handlers of one connection share (all
+/// on one thread).
+#[derive(Debug)]
+pub struct ConnectionState {
+    limits: ConnectionLimits,
+    /// Answer bytes built and not yet written to the socket.
+    unsent: Cell<usize>,
+    /// Room reserved by answers being built (fetches, until their read is done).
+    reserved: Cell<usize>,
+    /// Calls being served (a long poll in flight is not idleness).
+    calls: Cell<usize>,
+    /// Last time a byte moved either way.
+    last_activity: Cell<Instant>,
+    /// The reader, parked while answers are not being read.
+    reader: RefCell<Option<Waker>>,
+    /// Handlers waiting for room for their answers.
+    room: Notify,
+}
+
+impl ConnectionState {
+    pub fn new(limits: ConnectionLimits) -> Rc<ConnectionState> {
+        Rc::new(ConnectionState {
+            limits,
+            unsent: Cell::new(0),
+            reserved: Cell::new(0),
+            calls: Cell::new(0),
+            last_activity: Cell::new(Instant::now()),
+            reader: RefCell::new(None),
+            room: Notify::new(),
+        })
+    }
+
+    /// Marks a call as being served until the guard drops.
+    pub fn call_started(self: &Rc<Self>) -> CallActivity {
+        self.calls.set(self.calls.get() + 1);
+        CallActivity(self.clone())
+    }
+
+    /// Waits until an answer of up to `bytes_max` fits in the connection's answer
+    /// budget (unsent answers plus rooms reserved; an answer bigger than the whole
+    /// budget waits until nothing else holds any), then reserves it. The answer
+    /// reports its real size with [`AnswerRoom::built`].
+    pub async fn reserve_answer(self: &Rc<Self>, bytes_max: usize) -> AnswerRoom {
+        loop {
+            let room = self.room.notified();
+            let held = self.unsent.get() + self.reserved.get();
+            if held == 0 || held + bytes_max <= self.limits.unsent_response_bytes_max {
+                self.reserved.set(self.reserved.get() + bytes_max);
+                return AnswerRoom { state: self.clone(), reserved: bytes_max };
+            }
+            room.await;
+        }
+    }
+
+    /// Counts an answer of `bytes` built without a reservation (metadata,
+    /// listings): it holds room until written, like any other.
+    pub fn answered(&self, bytes: usize) {
+        self.unsent.set(self.unsent.get() + bytes);
+    }
+
+    fn wrote(&self, bytes: usize) {
+        self.last_activity.set(Instant::now());
+        let unsent = self.unsent.get();
+        if unsent > 0 {
+            self.unsent.set(unsent.saturating_sub(bytes));
+            self.room_freed();
+        }
+    }
+
+    fn room_freed(&self) {
+        if !self.reading_paused() {
+            if let Some(waker) = self.reader.borrow_mut().take() {
+                waker.wake();
+            }
+        }
+        self.room.notify_waiters();
+    }
+
+    /// Whether requests wait: built answers are not being read by the peer.
+    fn reading_paused(&self) -> bool {
+        self.unsent.get() >= self.limits.unsent_response_bytes_max
+    }
+
+    /// No call is being served (answers the peer never reads do not keep a
+    /// connection alive).
+    fn idle(&self) -> bool {
+        self.calls.get() == 0
+    }
+}
+
+/// A call in flight on the connection (see [`ConnectionState::call_started`]).
+#[derive(Debug)]
+pub struct CallActivity(Rc<ConnectionState>);
+
+impl Drop for CallActivity {
+    fn drop(&mut self) {
+        self.0.calls.set(self.0.calls.get() - 1);
+        self.0.last_activity.set(Instant::now());
+    }
+}
+
+/// Room reserved for one answer; what it does not use goes back when it is built
+/// (or dropped, if the call fails).
+#[derive(Debug)]
+pub struct AnswerRoom {
+    state: Rc<ConnectionState>,
+    reserved: usize,
+}
+
+impl AnswerRoom {
+    /// The answer is built with `bytes`: those count as unsent until written.
+    pub fn built(mut self, bytes: usize) {
+        self.state.unsent.set(self.state.unsent.get() + bytes);
+        self.release();
+    }
+
+    fn release(&mut self) {
+        let reserved = std::mem::take(&mut self.reserved);
+        if reserved > 0 {
+            self.state.reserved.set(self.state.reserved.get() - reserved);
+            self.state.room_freed();
+        }
+    }
+}
+
+impl Drop for AnswerRoom {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Where the reader is in the message at the front of its buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Frame {
+    /// Not enough bytes to know the message's size yet.
+    Unknown,
+    /// The whole message is `size` bytes (segment table included).
+    Sized(usize),
+}
+
+/// The socket's read half, framed; see the module docs.
+#[derive(Debug)]
+pub struct GuardedReader<R> {
+    inner: R,
+    state: Rc<ConnectionState>,
+    /// Received bytes not yet handed to capnp are `buffer[start..end]`; the rest of
+    /// `buffer` is initialized room for the next reads (zeroed once, reused).
+    buffer: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Bytes at `start` that belong to complete messages.
+    ready: usize,
+    /// Wakes the reader for the next timeout check.
+    timer: Pin<Box<Sleep>>,
+    /// When the request at the front started arriving.
+    request_started: Option<Instant>,
+    eof: bool,
+}
+
+impl<R> GuardedReader<R> {
+    pub fn new(inner: R, state: Rc<ConnectionState>) -> GuardedReader<R> {
+        GuardedReader {
+            inner,
+            state,
+            buffer: Vec::new(),
+            start: 0,
+            end: 0,
+            ready: 0,
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            request_started: None,
+            eof: false,
+        }
+    }
+
+    fn pending(&self) -> &[u8] {
+        &self.buffer[self.start..self.end]
+    }
+
+    /// The size of the message at the front, once its segment table is in.
+    fn frame(&self) -> io::Result<Frame> {
+        let bytes = self.pending();
+        if bytes.len() < 4 {
+            return Ok(Frame::Unknown);
+        }
+        let segments = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize + 1;
+        if segments > SEGMENTS_MAX {
+            return Err(invalid(format!("a message declares {segments} segments (at most {SEGMENTS_MAX})")));
+        }
+        if bytes.len() < 4 + 4 * segments {
+            return Ok(Frame::Unknown);
+        }
+        let table = (4 + 4 * segments).next_multiple_of(8);
+        let mut words = 0usize;
+        for index in 0..segments {
+            let at = 4 + 4 * index;
+            words += u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
+        }
+        let size = table + words * 8;
+        if size > self.state.limits.request_bytes_max {
+            return Err(invalid(format!(
+                "a message declares {size} bytes, more than request_bytes_max ({})",
+                self.state.limits.request_bytes_max
+            )));
+        }
+        Ok(Frame::Sized(size))
+    }
+
+    /// Hands out up to `out.len()` pending bytes.
+    fn hand_out(&mut self, out: &mut [u8], available: usize) -> usize {
+        let n = available.min(out.len());
+        out[..n].copy_from_slice(&self.buffer[self.start..self.start + n]);
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            // Release the room a large request needed; keep a normal one.
+            if self.buffer.len() > BUFFER_KEPT_BYTES {
+                self.buffer = Vec::new();
+            }
+        }
+        n
+    }
+
+    /// Makes room for `want` more bytes after `end`, moving pending bytes to the
+    /// front when that avoids growing.
+    fn room_for(&mut self, want: usize) {
+        if self.buffer.len() - self.end >= want {
+            return;
+        }
+        if self.start > 0 {
+            self.buffer.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buffer.len() - self.end < want {
+            self.buffer.resize(self.end + want, 0);
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for GuardedReader<R> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        loop {
+            if this.ready > 0 {
+                let n = this.hand_out(out, this.ready);
+                this.ready -= n;
+                return Poll::Ready(Ok(n));
+            }
+            let frame = this.frame()?;
+            if let Frame::Sized(size) = frame {
+                if this.pending().len() >= size {
+                    this.ready = size;
+                    // Bytes of the next request may already be here: its clock starts now.
+                    this.request_started = (this.pending().len() > size).then(Instant::now);
+                    continue;
+                }
+            }
+            if this.eof {
+                // A message cut by the peer's close: capnp reports it.
+                let available = this.pending().len();
+                return Poll::Ready(Ok(this.hand_out(out, available)));
+            }
+            let between_messages = this.pending().is_empty();
+            if between_messages && this.state.reading_paused() {
+                // The peer is not reading its answers: read no more requests.
+                *this.state.reader.borrow_mut() = Some(cx.waker().clone());
+                if this.state.reading_paused() {
+                    return this.poll_timeouts(cx, between_messages);
+                }
+                continue;
+            }
+            // Grow with bytes received, never with sizes declared.
+            let want = match frame {
+                Frame::Sized(size) => (size - this.pending().len()).min(READ_CHUNK_BYTES),
+                Frame::Unknown => READ_CHUNK_BYTES,
+            };
+            this.room_for(want);
+            let end = this.end;
+            match Pin::new(&mut this.inner).poll_read(cx, &mut this.buffer[end..end + want]) {
+                Poll::Ready(Ok(0)) => this.eof = true,
+                Poll::Ready(Ok(n)) => {
+                    this.end += n;
+                    this.state.last_activity.set(Instant::now());
+                    if between_messages {
+                        this.request_started = Some(Instant::now());
+                    }
+                }
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Pending => return this.poll_timeouts(cx, between_messages),
+            }
+        }
+    }
+}
+
+impl<R> GuardedReader<R> {
+    /// Nothing to read now: fails the connection if a timeout passed, else arms
+    /// the timer for the next check and stays pending.
+    fn poll_timeouts(&mut self, cx: &mut Context<'_>, between_messages: bool) -> Poll<io::Result<usize>> {
+        let limits = self.state.limits;
+        let now = Instant::now();
+        let deadline = if between_messages {
+            let deadline = self.state.last_activity.get() + limits.idle_timeout;
+            if now >= deadline {
+                if self.state.idle() {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no bytes moved for {} ms with no call in flight", limits.idle_timeout.as_millis()),
+                    )));
+                }
+                // A call is in flight (a long poll): look again later.
+                now + limits.idle_timeout.min(Duration::from_secs(1))
+            } else {
+                deadline
+            }
+        } else {
+            let started = *self.request_started.get_or_insert(now);
+            let deadline = started + limits.request_timeout;
+            if now >= deadline {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("a request did not arrive whole within {} ms", limits.request_timeout.as_millis()),
+                )));
+            }
+            deadline
+        };
+        self.timer.as_mut().reset(deadline);
+        // Registers the waker; a deadline already passed is looked at again at once.
+        if self.timer.as_mut().poll(cx).is_ready() {
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}
+
+/// The socket's write half, counting what reaches the socket.
+#[derive(Debug)]
+pub struct GuardedWriter<W> {
+    inner: W,
+    state: Rc<ConnectionState>,
+}
+
+impl<W> GuardedWriter<W> {
+    pub fn new(inner: W, state: Rc<ConnectionState>) -> GuardedWriter<W> {
+        GuardedWriter { inner, state }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for GuardedWriter<W> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write(cx, bytes);
+        if let Poll::Ready(Ok(n)) = written {
+            this.state.wrote(n);
+        }
+        written
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_close(cx)
+    }
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
