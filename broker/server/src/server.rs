@@ -165,6 +165,7 @@ impl Server {
                 loop {
                     ticks.tick().await;
                     node.expire_groups().await;
+                    let _ = tokio::task::spawn_blocking(crate::transport::give_back_memory).await;
                 }
             }
         });
@@ -269,4 +270,5 @@ async fn serve_connection(stream: TcpStream, slots: ConnectionSlots, node: Arc<N
         Err(error) => tracing::info!(?peer, %error, "connection closed after a protocol error or timeout"),
     }
     drop(slots);
+    crate::transport::memory_freed();
 }

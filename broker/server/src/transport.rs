@@ -266,6 +266,7 @@ impl<R> GuardedReader<R> {
             // Release the room a large request needed; keep a normal one.
             if self.buffer.len() > BUFFER_KEPT_BYTES {
                 self.buffer = Vec::new();
+                memory_freed();
             }
         }
         n
@@ -417,4 +418,28 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for GuardedWriter<W> {
 
 fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+/// Whether a large amount of memory was freed since the allocator last gave
+/// memory back to the system (see [`give_back_memory`]).
+static FREED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Notes that a connection or a large request let go of memory.
+pub fn memory_freed() {
+    FREED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Returns free heap pages to the system if memory was freed since the last call
+/// (glibc keeps them otherwise: after an attack of many small allocations, the
+/// broker stayed at its peak). Called once a second by the server; a no-op
+/// elsewhere than glibc.
+pub fn give_back_memory() {
+    if FREED.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only walks the allocator's own free lists; it is
+        // thread-safe and has no preconditions.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
 }
