@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use client::{Consumer, ConsumerConfig, Offset, OffsetReset};
+use client::{ClientError, Consumer, ConsumerConfig, Offset, OffsetReset};
 use serde_json::json;
 
 use crate::output::bytes_text;
@@ -148,7 +148,7 @@ async fn print_records(args: &ConsumeArgs, consumer: &Consumer, stop_on_interrup
     let mut printed = 0;
     while printed < max_messages {
         let records = tokio::select! {
-            records = consumer.poll(idle.unwrap_or(Duration::from_secs(3600))) => records?,
+            records = consumer.poll(idle.unwrap_or(Duration::from_secs(3600))) => records.map_err(with_skip_hint)?,
             _ = &mut interrupted => break,
         };
         if records.is_empty() && idle.is_some() {
@@ -193,5 +193,15 @@ fn print_record(format: Format, record: &client::ConsumerRecord) {
             });
             println!("{object}");
         }
+    }
+}
+
+/// A poll's error; for a batch no client can decode, with the command that skips it.
+fn with_skip_hint(error: ClientError) -> anyhow::Error {
+    match &error {
+        ClientError::CorruptBatch { topic, partition, skip_to, .. } => {
+            anyhow::anyhow!("{error}\n  to skip it: weir consume {topic} --partition {partition} --offset {skip_to}")
+        }
+        _ => error.into(),
     }
 }

@@ -636,6 +636,43 @@ fn consuming_a_fenced_partition_fails_with_the_reason_and_repair_brings_it_back(
 }
 
 #[test]
+fn consume_prints_the_records_before_an_undecodable_batch_then_says_how_to_skip_it() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = Broker::start(temp.path());
+    broker.ok(&["topic", "create", "orders", "--partitions", "1"], "");
+    broker.ok(&["produce", "orders"], "first\nsecond\n");
+    drop(broker); // SIGKILL: the next start scans the segment
+                  // Offset 2: a batch whose CRC and header are valid but whose records are plain
+                  // bytes labelled lz4 (what a broken producer stored before records were checked).
+    let mut bad = BatchBuilder::new(1_700_000_000_000);
+    bad.push(1_700_000_000_000, None, Some(b"poison"), &[]);
+    let mut bad = bad.encode();
+    abi::batch::set_base_offset(&mut bad, 2);
+    bad[abi::batch::field::ATTRIBUTES + 1] |= 3;
+    let crc = abi::batch::BatchView::new(&bad).unwrap().computed_crc();
+    bad[abi::batch::field::CRC..abi::batch::field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    let segment = temp.path().join("orders-0/00000000000000000000.log");
+    let mut file = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
+    file.write_all(&bad).unwrap();
+    drop(file);
+
+    let broker = Broker::start(temp.path());
+    broker.ok(&["produce", "orders"], "third\n");
+    let output = broker.run(&["consume", "orders", "--offset", "beginning", "--timeout-ms", "600000"], "");
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "first\nsecond\n", "the records before the bad batch");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("orders-0: the batch at offset 2 is corrupt")
+            && stderr.contains("to skip it: weir consume orders --partition 0 --offset 3"),
+        "{stderr}"
+    );
+    let skipped = broker.ok(&["consume", "orders", "--partition", "0", "--offset", "3", "--max-messages", "1"], "");
+    assert_eq!(skipped, "third\n");
+    broker.stop();
+}
+
+#[test]
 fn produce_counts_what_was_acknowledged_before_the_broker_went_away() {
     let temp = tempfile::tempdir().unwrap();
     let broker = Broker::start(temp.path());
