@@ -6,7 +6,8 @@
 # the real broker binary, then a smoke run of the side-by-side benchmark harness
 # (every workload against Weir, NATS JetStream and Kafka, tiny sizes: it proves the
 # harness and its drivers work, it measures nothing).
-# Long randomized runs are gated behind env vars (WEIR_CRASH_SEEDS, WEIR_MODEL_SEEDS);
+# Long randomized runs are gated behind env vars (WEIR_CRASH_SEEDS, WEIR_MODEL_SEEDS,
+# WEIR_FUZZ_EXECS);
 # the default is a short fixed slice. Benchmarks are separate: cargo bench -p broker, scripts/bench-compare.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."

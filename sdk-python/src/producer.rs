@@ -28,6 +28,66 @@ enum Job {
 pub(crate) struct Producer {
     inner: client::Producer,
     ordered: Mutex<Option<mpsc::UnboundedSender<Job>>>,
+    /// Bytes of records in the ordered queue, not yet in the producer's buffer.
+    queued: Arc<QueuedBytes>,
+}
+
+/// The ordered queue's bound: records wait in it only until the producer's own
+/// buffer takes them, and it holds at most `buffer.memory` bytes of them (one
+/// record more when it is empty), so `weir.aio` sends past that wait for room
+/// instead of piling up.
+struct QueuedBytes {
+    limit: usize,
+    state: Mutex<Queued>,
+}
+
+#[derive(Default)]
+struct Queued {
+    bytes: usize,
+    /// Completions to deliver when room frees up.
+    waiters: Vec<(Arc<Sink>, u64)>,
+}
+
+impl QueuedBytes {
+    /// Counts `bytes` in, unless that would pass the limit.
+    fn try_add(&self, bytes: usize) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if state.bytes > 0 && state.bytes + bytes > self.limit {
+            return false;
+        }
+        state.bytes += bytes;
+        true
+    }
+
+    fn release(&self, bytes: usize) {
+        let waiters = {
+            let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            state.bytes -= bytes;
+            std::mem::take(&mut state.waiters)
+        };
+        for (sink, token) in waiters {
+            sink.push(token, Completion::Unit);
+        }
+    }
+
+    /// Completes `token` when the next queued record leaves the queue (at once if
+    /// it is empty), so a refused send tries again only after room was freed.
+    fn wait_for_room(&self, sink: Arc<Sink>, token: u64) {
+        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if state.bytes == 0 {
+            drop(state);
+            sink.push(token, Completion::Unit);
+        } else {
+            state.waiters.push((sink, token));
+        }
+    }
+}
+
+/// What a record holds in the ordered queue.
+fn record_bytes(record: &client::ProducerRecord) -> usize {
+    let headers: usize =
+        record.headers.iter().map(|(key, value)| key.len() + value.as_ref().map_or(0, |value| value.len())).sum();
+    record.key.as_ref().map_or(0, |key| key.len()) + record.value.as_ref().map_or(0, |value| value.len()) + headers + 64
 }
 
 impl Producer {
@@ -37,7 +97,7 @@ impl Producer {
             Some(sender) => sender.clone(),
             None => {
                 let (sender, jobs) = mpsc::unbounded_channel();
-                runtime()?.spawn(run_ordered(self.inner.clone(), jobs));
+                runtime()?.spawn(run_ordered(self.inner.clone(), jobs, self.queued.clone()));
                 ordered.insert(sender).clone()
             }
         };
@@ -45,15 +105,22 @@ impl Producer {
     }
 }
 
-async fn run_ordered(producer: client::Producer, mut jobs: mpsc::UnboundedReceiver<Job>) {
+async fn run_ordered(producer: client::Producer, mut jobs: mpsc::UnboundedReceiver<Job>, queued: Arc<QueuedBytes>) {
     while let Some(job) = jobs.recv().await {
         match job {
-            Job::Send(record, sink, token) => match producer.send(record).await {
-                Ok(delivery) => {
-                    tokio::spawn(async move { sink.push(token, completion::delivered(delivery.wait().await).into()) });
+            Job::Send(record, sink, token) => {
+                let bytes = record_bytes(&record);
+                let sent = producer.send(record).await;
+                queued.release(bytes);
+                match sent {
+                    Ok(delivery) => {
+                        tokio::spawn(
+                            async move { sink.push(token, completion::delivered(delivery.wait().await).into()) },
+                        );
+                    }
+                    Err(error) => sink.push(token, Err(error).into()),
                 }
-                Err(error) => sink.push(token, Err(error).into()),
-            },
+            }
             Job::Flush(sink, token) => {
                 producer.flush().await;
                 sink.push(token, Completion::Unit);
@@ -92,8 +159,10 @@ impl Producer {
         let config = client::ProducerConfig::from_map(&settings(bootstrap_servers, config))
             .map_err(|error| to_py_err(py, error))?;
         let _context = runtime()?.enter();
+        let limit = config.buffer_bytes_max;
         let inner = client::Producer::new(config).map_err(|error| to_py_err(py, error))?;
-        Ok(Producer { inner, ordered: Mutex::new(None) })
+        let queued = Arc::new(QueuedBytes { limit, state: Mutex::new(Queued::default()) });
+        Ok(Producer { inner, ordered: Mutex::new(None), queued })
     }
 
     /// Queues a record (waiting while the buffer is full); its acknowledgement
@@ -120,7 +189,8 @@ impl Producer {
 
     /// Like `send` without ever blocking (for asyncio): the record is queued
     /// behind earlier `send_nowait` calls, and a refusal (unknown topic, …)
-    /// also arrives in `queue`.
+    /// also arrives in `queue`. Returns false, queueing nothing, when the queue
+    /// holds `buffer.memory` bytes already: wait with `room_nowait`, then retry.
     #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
     #[pyo3(signature = (queue, token, topic, value, key=None, headers=None, partition=None, timestamp_ms=None))]
     fn send_nowait(
@@ -133,9 +203,24 @@ impl Producer {
         headers: Headers,
         partition: Option<i32>,
         timestamp_ms: Option<i64>,
-    ) -> PyResult<()> {
+    ) -> PyResult<bool> {
         let record = record(topic, value, key, headers, partition, timestamp_ms);
-        self.ordered(Job::Send(record, queue.sink.clone(), token))
+        if !self.queued.try_add(record_bytes(&record)) {
+            return Ok(false);
+        }
+        self.ordered(Job::Send(record, queue.sink.clone(), token))?;
+        Ok(true)
+    }
+
+    /// Bytes of records `send_nowait` queued that the producer has not taken yet
+    /// (a diagnostic: at most `buffer.memory`, or one record).
+    fn queued_bytes(&self) -> usize {
+        self.queued.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).bytes
+    }
+
+    /// Done (in `queue`) once `send_nowait` may take a record again.
+    fn room_nowait(&self, queue: PyRef<'_, CompletionQueue>, token: u64) {
+        self.queued.wait_for_room(queue.sink.clone(), token);
     }
 
     /// Queues many records of one topic in one call; `keys`, when given, pairs

@@ -42,6 +42,25 @@ def test_async_round_trip_keeps_order_and_key_partitioning(broker):
     asyncio.run(main())
 
 
+def test_sends_past_buffer_memory_wait_for_room_in_call_order(broker):
+    weir.Admin(broker).create_topics([weir.NewTopic("bounded", num_partitions=1)])
+    limit = 64 * 1024
+
+    async def main():
+        async with weir.aio.AsyncProducer(broker, buffer_memory=limit, linger_ms=5) as producer:
+            value = b"x" * 1000
+            sends = [asyncio.ensure_future(producer.send("bounded", value, key=str(i).encode())) for i in range(3000)]
+            most_queued = 0
+            while not all(send.done() for send in sends):
+                most_queued = max(most_queued, producer._native.queued_bytes())
+                await asyncio.sleep(0)
+            landed = [send.result() for send in sends]
+        assert most_queued <= limit, f"{most_queued} bytes queued past buffer_memory"
+        assert [metadata.offset for metadata in landed] == list(range(3000)), "call order kept"
+
+    asyncio.run(main())
+
+
 def test_a_cancelled_poll_loses_no_records(broker):
     # The cancelled poll's records may land while the next poll_batch runs (its
     # done callback not yet run): 30 rounds catch the ordering where they were

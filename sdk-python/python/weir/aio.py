@@ -109,14 +109,31 @@ class AsyncProducer:
                              buffer_memory=buffer_memory, client_id=client_id)
         self._native = _native.Producer(bootstrap_servers, settings)
         self._completions = _LoopCompletions()
+        # Sends waiting for buffer room take turns in call order (asyncio.Lock is
+        # FIFO), so a later send never overtakes an earlier one.
+        self._room = asyncio.Lock()
 
     async def send(self, topic: str, value: Optional[bytes], key: Optional[bytes] = None,
                    headers: Optional[Sequence[tuple[str, Optional[bytes]]]] = None,
                    partition: Optional[int] = None, timestamp_ms: Optional[int] = None) -> RecordMetadata:
-        """Sends a record and waits for its acknowledgement (cancelling the
-        wait does not unsend it). Raises the record's typed error."""
-        future = _start(self._completions, lambda queue, token: self._native.send_nowait(
-            queue, token, topic, value, key, list(headers) if headers else None, partition, timestamp_ms))
+        """Sends a record and waits for its acknowledgement. While
+        ``buffer_memory`` bytes of records wait to be sent, the send first waits
+        for room (cancelled then, the record is not sent); once queued,
+        cancelling the wait does not unsend it. Raises the record's typed error."""
+        header_list = list(headers) if headers else None
+        async with self._room:
+            while True:
+                queue, token, future = self._completions.new()
+                try:
+                    queued = self._native.send_nowait(queue, token, topic, value, key, header_list, partition,
+                                                      timestamp_ms)
+                except BaseException:
+                    self._completions.forget(token)
+                    raise
+                if queued:
+                    break
+                self._completions.forget(token)
+                await _start(self._completions, self._native.room_nowait)
         return RecordMetadata(*await future)
 
     async def flush(self) -> None:
