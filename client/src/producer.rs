@@ -27,6 +27,11 @@
 //!    the producer takes a new producer id and restarts sequences at 0, since
 //!    reusing the numbers could get a different batch taken for its duplicate.
 //!    `acks=0` sends once and never retries.
+//! 5. A batch refused as too large (`MessageTooLarge`: the topic's
+//!    `max.message.bytes` is below `batch.size`) is split in two and the halves
+//!    sent in order, down to single records, as Kafka's producer does; a record
+//!    too large on its own fails alone (later parts are renumbered so its
+//!    sequence numbers leave no gap). Each record learns its own offset.
 //!
 //! Bounds: `buffer_bytes_max` of unacknowledged records; one request in flight
 //! per partition. The sender runs on the tokio runtime that created the producer.
@@ -51,7 +56,32 @@ use crate::record::{ProducerRecord, RecordMetadata};
 
 type TopicPartition = (Arc<str>, i32);
 /// Outcome of one batch: its base offset, or why it failed.
-type BatchOutcome = Option<Result<i64, ClientError>>;
+type BatchOutcome = Option<Result<Placement, ClientError>>;
+
+/// Where a batch's records landed: one base offset, or — after the broker refused
+/// the batch as too large and it was split — one outcome per part, each part
+/// starting at a record index (its first offset delta in the original batch).
+#[derive(Clone, Debug)]
+enum Placement {
+    Whole(i64),
+    Split(Arc<[(i32, Result<i64, ClientError>)]>),
+}
+
+impl Placement {
+    /// The offset of the record at `offset_delta` in the original batch (-1 when
+    /// unknown: acks=0).
+    fn offset_of(&self, offset_delta: i64) -> Result<i64, ClientError> {
+        let (first_delta, base_offset) = match self {
+            Placement::Whole(base_offset) => (0, *base_offset),
+            Placement::Split(parts) => {
+                let part = parts.iter().rev().find(|(first_delta, _)| i64::from(*first_delta) <= offset_delta);
+                let (first_delta, base_offset) = part.expect("the first part starts at delta 0");
+                (*first_delta, base_offset.clone()?)
+            }
+        };
+        Ok(if base_offset < 0 { -1 } else { base_offset + offset_delta - i64::from(first_delta) })
+    }
+}
 
 /// Sends records; see the module docs. Cheap to clone (clones share one sender).
 /// When the last clone is dropped, buffered records are still sent (as by
@@ -172,8 +202,8 @@ impl DeliveryFuture {
     /// Waits for the acknowledgement.
     pub async fn wait(mut self) -> Result<RecordMetadata, ClientError> {
         let outcome = self.outcome.wait_for(Option::is_some).await.map_err(|_| ClientError::Closed)?.clone();
-        let base_offset = outcome.ok_or(ClientError::Closed)??;
-        let offset = if base_offset < 0 { -1 } else { base_offset + self.offset_delta };
+        let placement = outcome.ok_or(ClientError::Closed)??;
+        let offset = placement.offset_of(self.offset_delta)?;
         Ok(RecordMetadata { topic: self.topic, partition: self.partition, offset, timestamp_ms: self.timestamp_ms })
     }
 }
@@ -713,36 +743,147 @@ fn sequence_repair(error: &ClientError, fields: ProducerFields) -> SequenceRepai
 /// Seals and sends one batch, retrying as the module docs describe.
 async fn send_batch(inner: Arc<Inner>, topic_partition: TopicPartition, batch: Batch, fields: ProducerFields) {
     let Batch { writer, created, buffered_bytes, outcome: outcome_sender, .. } = batch;
-    let (outcome, maybe_stored) = deliver(&inner, &topic_partition, writer, created, fields).await;
-    let repair = match &outcome {
-        Err(_) if fields.producer_id >= 0 && maybe_stored => Some(SequenceRepair::NewProducerId(fields)),
-        Err(error) if fields.producer_id >= 0 => Some(sequence_repair(error, fields)),
-        _ => None,
-    };
+    let Delivered { outcome, repair } = deliver(&inner, &topic_partition, writer, created, fields).await;
     outcome_sender.send_replace(Some(outcome));
-    inner.finish_batch(&topic_partition, buffered_bytes, repair);
+    inner.finish_batch(&topic_partition, buffered_bytes, repair.filter(|_| fields.producer_id >= 0));
 }
 
-/// Sends until acknowledged, refused, or out of time. Also says whether an
-/// earlier attempt may have stored the batch (it failed in a way that leaves
-/// that open), which decides how a final failure repairs sequences.
+/// How a batch's delivery ended.
+struct Delivered {
+    outcome: Result<Placement, ClientError>,
+    /// What the producer's sequence numbers need after a failure.
+    repair: Option<SequenceRepair>,
+}
+
+/// Sends a batch until acknowledged, refused, or out of time. A batch the broker
+/// refuses as too large (`MessageTooLarge`: the topic's `max.message.bytes` is
+/// below `batch.size`) is split in two and the halves sent in order, again down
+/// to single records, as Kafka's producer does. A part refused outright (nothing
+/// stored: a record too large on its own) fails alone and the parts after it are
+/// renumbered to close its sequence gap; a part that may have been stored (a
+/// timeout) fails the parts after it unsent, and the producer takes a new id.
 async fn deliver(
     inner: &Inner,
     topic_partition: &TopicPartition,
     writer: BatchWriter,
     created: Instant,
     fields: ProducerFields,
-) -> (Result<i64, ClientError>, bool) {
-    let sealed = writer.finish(fields, inner.config.compression);
-    let bytes = match sealed {
-        Ok(bytes) => Arc::new(bytes),
-        Err(error) => return (Err(ClientError::InvalidArgument(error.to_string())), false),
+) -> Delivered {
+    let record_count = writer.record_count() as i32;
+    let sealed = match writer.finish(fields, inner.config.compression) {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            let outcome = Err(ClientError::InvalidArgument(error.to_string()));
+            return Delivered { outcome, repair: Some(SequenceRepair::GiveBack(fields)) };
+        }
     };
+    // (first offset delta, records, bytes, fields, refused records already
+    // accounted for in the fields' sequence)
+    let mut pending = VecDeque::from([(0i32, record_count, sealed, fields, 0i32)]);
+    let mut parts: Vec<(i32, Result<i64, ClientError>)> = Vec::new();
+    // Records of parts refused outright so far: later parts' sequences move down.
+    let mut refused_records = 0i32;
+    // A failure that may have stored its part: nothing after it is sent.
+    let mut stopped: Option<(ClientError, ProducerFields)> = None;
+    while let Some((first_delta, count, mut bytes, mut part_fields, accounted)) = pending.pop_front() {
+        if let Some((error, _)) = &stopped {
+            parts.push((first_delta, Err(error.clone())));
+            continue;
+        }
+        if refused_records > accounted && part_fields.producer_id >= 0 {
+            part_fields.base_sequence = part_fields.base_sequence.wrapping_sub(refused_records - accounted);
+            abi::batch::set_base_sequence(&mut bytes, part_fields.base_sequence);
+        }
+        let bytes = Arc::new(bytes);
+        let (outcome, stored) = deliver_part(inner, topic_partition, &bytes, created, part_fields).await;
+        match outcome {
+            Err(ClientError::Broker { code: ErrorCode::MessageTooLarge, .. }) if count > 1 && !stored => {
+                let halves = split_batch(&bytes, part_fields, inner.config.compression);
+                let [(first, first_fields), (second, second_fields)] = match halves {
+                    Ok(halves) => halves,
+                    Err(error) => {
+                        let error = ClientError::InvalidArgument(error.to_string());
+                        parts.push((first_delta, Err(error.clone())));
+                        stopped = Some((error, part_fields));
+                        continue;
+                    }
+                };
+                tracing::debug!(topic = %topic_partition.0, records = count, "batch too large for the topic; splitting");
+                let half = count / 2;
+                pending.push_front((first_delta + half, count - half, second, second_fields, refused_records));
+                pending.push_front((first_delta, half, first, first_fields, refused_records));
+            }
+            Ok(base_offset) => parts.push((first_delta, Ok(base_offset))),
+            Err(error) if !stored && matches!(sequence_repair(&error, part_fields), SequenceRepair::GiveBack(_)) => {
+                parts.push((first_delta, Err(error)));
+                refused_records += count;
+            }
+            Err(error) => {
+                parts.push((first_delta, Err(error.clone())));
+                stopped = Some((error, part_fields));
+            }
+        }
+    }
+    let repair = match &stopped {
+        Some((_, part_fields)) => Some(SequenceRepair::NewProducerId(*part_fields)),
+        None if refused_records > 0 => {
+            let next = fields.base_sequence.wrapping_add(record_count - refused_records);
+            Some(SequenceRepair::GiveBack(ProducerFields { base_sequence: next, ..fields }))
+        }
+        None => None,
+    };
+    let outcome = match <[_; 1]>::try_from(parts) {
+        Ok([(_, Ok(base_offset))]) => Ok(Placement::Whole(base_offset)),
+        Ok([(_, Err(error))]) => Err(error),
+        Err(parts) => Ok(Placement::Split(parts.into())),
+    };
+    Delivered { outcome, repair }
+}
+
+/// Splits an encoded batch into two halves (the first holding `count / 2`
+/// records), with offset deltas renumbered from 0 and the second half's sequence
+/// numbers following the first's.
+fn split_batch(
+    bytes: &[u8],
+    fields: ProducerFields,
+    compression: abi::batch::Compression,
+) -> Result<[(Vec<u8>, ProducerFields); 2], abi::batch::BatchError> {
+    let batch = abi::batch::RecordBatch::decode(bytes)?;
+    let half = batch.records.len() / 2;
+    let encode = |records: &[abi::batch::Record], fields: ProducerFields| -> Result<Vec<u8>, abi::batch::BatchError> {
+        let mut writer = BatchWriter::new(batch.base_timestamp, 0);
+        for record in records {
+            let headers: Vec<(&str, Option<&[u8]>)> =
+                record.headers.iter().map(|header| (header.key.as_str(), header.value.as_deref())).collect();
+            let timestamp = batch.base_timestamp.saturating_add(record.timestamp_delta);
+            writer.push(timestamp, record.key.as_deref(), record.value.as_deref(), &headers);
+        }
+        writer.finish(fields, compression)
+    };
+    let second_fields = ProducerFields {
+        base_sequence: if fields.producer_id >= 0 { fields.base_sequence.wrapping_add(half as i32) } else { -1 },
+        ..fields
+    };
+    Ok([
+        (encode(&batch.records[..half], fields)?, fields),
+        (encode(&batch.records[half..], second_fields)?, second_fields),
+    ])
+}
+
+/// Sends one encoded batch until acknowledged, refused, or out of time; also
+/// says whether an attempt may have stored it.
+async fn deliver_part(
+    inner: &Inner,
+    topic_partition: &TopicPartition,
+    bytes: &Arc<Vec<u8>>,
+    created: Instant,
+    fields: ProducerFields,
+) -> (Result<i64, ClientError>, bool) {
     let deadline = created + inner.config.delivery_timeout;
     let mut backoff = inner.config.common.retry_backoff;
     let mut maybe_stored = false;
     loop {
-        let attempt = inner.produce_once(topic_partition, &bytes).await;
+        let attempt = inner.produce_once(topic_partition, bytes).await;
         if let Err(error) = &attempt {
             maybe_stored |= matches!(sequence_repair(error, fields), SequenceRepair::NewProducerId(_));
         }

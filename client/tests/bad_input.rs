@@ -9,6 +9,7 @@
 
 mod support;
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use client::{Admin, ClientError, Consumer, ErrorCode, NewTopic, Offset, Producer, ProducerRecord};
@@ -443,5 +444,59 @@ async fn invalid_admin_requests_are_refused_with_exact_codes_and_change_nothing(
     assert_eq!(code_of(unknown), ErrorCode::UnknownTopicOrPartition);
     assert_eq!(code_of(admin.delete_topic("missing").await), ErrorCode::UnknownTopicOrPartition);
     healthy.check("invalid admin requests").await;
+    broker.stop().await;
+}
+
+/// A topic whose `max.message.bytes` is below the producer's `batch.size`: the
+/// broker refuses the producer's batches as too large, and the producer splits
+/// them (down to single records) and sends the halves in order, as Kafka's does.
+/// Only a record too large on its own fails, and only that record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_refused_as_too_large_are_split_and_only_an_oversize_record_fails() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("narrow", 1).config("max.message.bytes", "1500")).await.unwrap();
+    for (idempotence, compression) in [(true, client::Compression::None), (false, client::Compression::Lz4)] {
+        let mut config = broker.producer_config();
+        config.idempotence = idempotence;
+        config.compression = compression;
+        config.linger = Duration::from_secs(3600); // everything in one batch until flush
+        let producer = Producer::new(config).unwrap();
+        let start = list_offset_raw(&broker.connect().await, "narrow", 0, Query::Latest).await.unwrap();
+        let mut deliveries = Vec::new();
+        // Random bytes: compression cannot bring a batch under the limit.
+        let mut rng = StdRng::seed_from_u64(7);
+        for index in 0..60 {
+            let value: Vec<u8> = (0..100).map(|_| rng.gen()).collect();
+            deliveries.push(producer.send(ProducerRecord::new("narrow", value.as_slice())).await.unwrap());
+            if index == 30 {
+                let oversize: Vec<u8> = (0..4000).map(|_| rng.gen()).collect();
+                deliveries.push(producer.send(ProducerRecord::new("narrow", oversize.as_slice())).await.unwrap());
+            }
+        }
+        tokio::time::timeout(Duration::from_secs(120), producer.flush()).await.expect("flush ends");
+        let mut offsets = Vec::new();
+        for (position, delivery) in deliveries.into_iter().enumerate() {
+            let delivered = tokio::time::timeout(Duration::from_secs(120), delivery.into_future()).await;
+            match (position, delivered.expect("every delivery ends")) {
+                (31, Err(error)) => assert_eq!(error.code(), ErrorCode::MessageTooLarge, "{error}"),
+                (31, Ok(metadata)) => panic!("the oversize record was stored at {}", metadata.offset),
+                (_, Ok(metadata)) => offsets.push(metadata.offset),
+                (_, Err(error)) => panic!("record {position} failed: {error}"),
+            }
+        }
+        let expected: Vec<i64> = (start..start + 60).collect();
+        assert_eq!(offsets, expected, "in call order, one offset each (idempotence {idempotence})");
+        let consumer = Consumer::new(broker.consumer_config()).unwrap();
+        consumer.assign(&[("narrow".to_owned(), 0)]).await.unwrap();
+        consumer.seek("narrow", 0, Offset::At(start)).unwrap();
+        let read = consume(&consumer, 60).await;
+        assert_eq!(read.iter().map(|record| record.offset).collect::<Vec<_>>(), expected);
+        // The producer goes on normally afterwards.
+        let next = producer.send(ProducerRecord::new("narrow", "after")).await.unwrap();
+        producer.flush().await; // linger is an hour
+        assert_eq!(next.await.unwrap().offset, start + 60);
+    }
     broker.stop().await;
 }

@@ -227,6 +227,19 @@ impl<'a> BatchView<'a> {
     }
 }
 
+/// Overwrites the base sequence of an encoded batch in place and recomputes its
+/// CRC (the field is covered): how a producer renumbers a batch whose earlier
+/// sequence numbers went unused.
+///
+/// # Panics
+///
+/// If `batch` is shorter than a batch header.
+pub fn set_base_sequence(batch: &mut [u8], base_sequence: i32) {
+    write_at(batch, field::BASE_SEQUENCE, &base_sequence.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[field::ATTRIBUTES..]);
+    write_at(batch, field::CRC, &crc.to_be_bytes());
+}
+
 /// Overwrites the base offset of an encoded batch in place. The CRC does not
 /// cover it, so a valid batch stays valid (this is how the leader assigns
 /// offsets on append).
