@@ -7,10 +7,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod support;
+
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use abi::weir_capnp::broker;
@@ -39,24 +41,10 @@ impl Broker {
     fn start(data_dir: &Path, limits: &str) -> Broker {
         let config = data_dir.with_extension("toml");
         std::fs::write(&config, format!("[limits]\nunsent_response_bytes_max = {UNSENT_MAX}\n{limits}")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .env_remove("WEIR_CONFIG")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let address = loop {
-            let line = lines.next().expect("the broker exited before listening").unwrap();
-            if let Some((_, address)) = line.split_once("listening address=") {
-                break address.trim().to_owned();
-            }
-        };
+        let (child, address, lines) = support::serve(
+            &["--data-dir".as_ref(), data_dir.as_os_str(), "--config".as_ref(), config.as_os_str()],
+            None,
+        );
         // Keep draining the log so the broker never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
         Broker { child, address }
@@ -241,6 +229,10 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / MIB as f64)
 }
 
+fn assert_within(rss: u64, baseline: u64, allowed: u64) {
+    assert!(rss <= baseline + allowed, "RSS {} over baseline {} + {}", mib(rss), mib(baseline), mib(allowed));
+}
+
 #[test]
 fn pipelined_fetches_whose_answers_are_never_read_stay_within_the_unsent_limit() {
     let temp = tempfile::tempdir().unwrap();
@@ -263,13 +255,7 @@ fn pipelined_fetches_whose_answers_are_never_read_stay_within_the_unsent_limit()
     });
     let peak = peak_rss_during(&broker, &mut healthy, 40);
     eprintln!("unread answers: baseline {}, peak {}", mib(baseline), mib(peak));
-    assert!(
-        peak <= baseline + ATTACK_RSS_MAX,
-        "RSS {} over baseline {} + {}",
-        mib(peak),
-        mib(baseline),
-        mib(ATTACK_RSS_MAX)
-    );
+    assert_within(peak, baseline, ATTACK_RSS_MAX);
     drop(broker);
     let _ = writer.join();
 }
@@ -301,13 +287,7 @@ fn a_fetch_many_naming_one_partition_400k_times_costs_one_answer() {
     }
     peak = peak.max(peak_rss_during(&broker, &mut healthy, 5));
     eprintln!("fetchMany x400k: baseline {}, peak {}", mib(baseline), mib(peak));
-    assert!(
-        peak <= baseline + ATTACK_RSS_MAX,
-        "RSS {} over baseline {} + {}",
-        mib(peak),
-        mib(baseline),
-        mib(ATTACK_RSS_MAX)
-    );
+    assert_within(peak, baseline, ATTACK_RSS_MAX);
     // Once the attacker is gone, the memory goes back.
     drop(attacker);
     // (The broker gives memory back once a second; wait for it, generously.)
@@ -318,12 +298,7 @@ fn a_fetch_many_naming_one_partition_400k_times_costs_one_answer() {
         after = broker.rss();
     }
     eprintln!("fetchMany x400k: after the attack {}", mib(after));
-    assert!(
-        after <= baseline + RETURNED_SLACK,
-        "RSS {} stayed over baseline {} after the attack",
-        mib(after),
-        mib(baseline)
-    );
+    assert_within(after, baseline, RETURNED_SLACK);
 }
 
 #[test]
@@ -348,7 +323,7 @@ fn frame_headers_without_bodies_commit_nothing_and_time_out() {
         .collect();
     let peak = peak_rss_during(&broker, &mut healthy, 20);
     eprintln!("200 bare headers: baseline {}, peak {}", mib(baseline), mib(peak));
-    assert!(peak <= baseline + 64 * MIB, "RSS {} over baseline {} + 64 MiB", mib(peak), mib(baseline));
+    assert_within(peak, baseline, 64 * MIB);
     // The requests never complete: request_timeout_ms closes every connection.
     for stream in attackers {
         assert!(closed_by_broker(stream), "a partial request outlived request_timeout_ms");

@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail loudly by design
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -63,28 +65,10 @@ impl Broker {
     }
 
     fn start_with(data_dir: &Path, extra: &[&std::ffi::OsStr]) -> Broker {
-        let mut child = KillOnDrop(
-            weir()
-                .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-                .arg(data_dir)
-                .args(extra)
-                .env("RUST_LOG", "info")
-                .env_remove("WEIR_CONFIG")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
-        let mut seen = Vec::new();
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            if let Some((_, address)) = line.split_once("listening address=") {
-                return Broker { child, address: address.trim().to_owned(), lines };
-            }
-            seen.push(line);
-        }
-        panic!("the broker never said where it listens:\n{}", seen.join("\n"));
+        let mut args = vec!["--data-dir".as_ref(), data_dir.as_os_str()];
+        args.extend_from_slice(extra);
+        let (child, address, lines) = support::serve(&args, None);
+        Broker { child: KillOnDrop(child), address, lines }
     }
 
     /// Runs a client command against this broker.

@@ -19,9 +19,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail loudly by design
 
-use std::io::{BufRead, BufReader};
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 /// One command of the README and what it must print.
 #[derive(Debug)]
@@ -173,22 +174,7 @@ struct Broker {
 
 impl Broker {
     fn start(dir: &Path) -> Broker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .current_dir(dir)
-            .env("RUST_LOG", "info")
-            .env_remove("WEIR_CONFIG")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let address = lines
-            .by_ref()
-            .map(Result::unwrap)
-            .find_map(|line| line.split_once("listening address=").map(|(_, address)| address.trim().to_owned()))
-            .expect("the broker says where it listens");
+        let (child, address, lines) = support::serve(&[], Some(dir));
         // Keep reading its log so it never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
         Broker { child, address }
