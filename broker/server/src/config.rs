@@ -114,6 +114,10 @@ pub struct Limits {
     /// past it, the connection's requests are not read and its fetches wait until
     /// the peer reads.
     pub unsent_response_bytes_max: usize,
+    /// Bytes of large requests (64 KiB and up) one connection may have being
+    /// served (`in_flight_request_bytes_max`): past it, its requests are not read
+    /// until calls finish.
+    pub in_flight_request_bytes_max: usize,
     /// Calls in flight on one connection (`in_flight_calls_max`).
     pub in_flight_calls_max: usize,
     /// Largest Cap'n Proto request message (`request_bytes_max`); see
@@ -139,6 +143,7 @@ impl Default for Limits {
             request_timeout_ms: 30_000,
             idle_timeout_ms: 600_000,
             unsent_response_bytes_max: 64 * MIB,
+            in_flight_request_bytes_max: 64 * MIB,
             in_flight_calls_max: 64,
             request_bytes_max: 16 * MIB + REQUEST_OVERHEAD_BYTES,
             nesting_limit: 16,
@@ -339,6 +344,7 @@ impl Limits {
         self.request_timeout_ms = raw.request_timeout_ms.unwrap_or(self.request_timeout_ms);
         self.idle_timeout_ms = raw.idle_timeout_ms.unwrap_or(self.idle_timeout_ms);
         self.unsent_response_bytes_max = raw.unsent_response_bytes_max.unwrap_or(self.unsent_response_bytes_max);
+        self.in_flight_request_bytes_max = raw.in_flight_request_bytes_max.unwrap_or(self.in_flight_request_bytes_max);
         self.in_flight_calls_max = raw.in_flight_calls_max.unwrap_or(self.in_flight_calls_max);
         self.request_bytes_max = raw.request_bytes_max.unwrap_or(self.request_bytes_max);
         self.nesting_limit = raw.nesting_limit.unwrap_or(self.nesting_limit);
@@ -354,6 +360,7 @@ impl Limits {
         check_range(problems, "limits.request_timeout_ms", self.request_timeout_ms, 100, 3_600_000);
         check_range(problems, "limits.idle_timeout_ms", self.idle_timeout_ms, 100, u32::MAX);
         check_at_least(problems, "limits.unsent_response_bytes_max", self.unsent_response_bytes_max, 64 * KIB);
+        check_at_least(problems, "limits.in_flight_request_bytes_max", self.in_flight_request_bytes_max, 64 * KIB);
         check_at_least(problems, "limits.in_flight_calls_max", self.in_flight_calls_max, 1);
         check_range(problems, "limits.request_bytes_max", self.request_bytes_max, 64 * KIB, GIB);
         let batch_request_bytes = log.batch_bytes_max as usize + REQUEST_OVERHEAD_BYTES;
@@ -436,6 +443,7 @@ struct RawLimits {
     request_timeout_ms: Option<u32>,
     idle_timeout_ms: Option<u32>,
     unsent_response_bytes_max: Option<usize>,
+    in_flight_request_bytes_max: Option<usize>,
     in_flight_calls_max: Option<usize>,
     request_bytes_max: Option<usize>,
     nesting_limit: Option<i32>,
@@ -612,6 +620,7 @@ mod tests {
             request_timeout_ms = 2000
             idle_timeout_ms = 60000
             unsent_response_bytes_max = 1048576
+            in_flight_request_bytes_max = 2097152
             in_flight_calls_max = 3
             request_bytes_max = 2097152
             nesting_limit = 32
@@ -659,6 +668,7 @@ mod tests {
                 request_timeout_ms: 2000,
                 idle_timeout_ms: 60_000,
                 unsent_response_bytes_max: MIB,
+                in_flight_request_bytes_max: 2 * MIB,
                 in_flight_calls_max: 3,
                 request_bytes_max: 2 * MIB,
                 nesting_limit: 32,
@@ -862,6 +872,7 @@ mod tests {
             request_timeout_ms,
             idle_timeout_ms,
             unsent_response_bytes_max,
+            in_flight_request_bytes_max,
             in_flight_calls_max,
             request_bytes_max,
             nesting_limit,
@@ -876,6 +887,7 @@ mod tests {
             request_timeout_ms.is_some(),
             idle_timeout_ms.is_some(),
             unsent_response_bytes_max.is_some(),
+            in_flight_request_bytes_max.is_some(),
             in_flight_calls_max.is_some(),
             request_bytes_max.is_some(),
             nesting_limit.is_some(),
@@ -884,7 +896,7 @@ mod tests {
             produce_timeout_ms_max.is_some(),
             topic_partitions_max.is_some(),
         ];
-        assert_eq!(limits, [true; 12]);
+        assert_eq!(limits, [true; 13]);
         let RawPlugins { call_deadline_ms, memory_bytes_max, output_bytes_max, instances_max } =
             plugins.as_ref().expect("the example has [plugins]");
         let plugins = [

@@ -253,6 +253,7 @@ async fn serve_connection(stream: TcpStream, slots: ConnectionSlots, node: Arc<N
         request_timeout: Duration::from_millis(u64::from(limits.request_timeout_ms)),
         idle_timeout: Duration::from_millis(u64::from(limits.idle_timeout_ms)),
         unsent_response_bytes_max: limits.unsent_response_bytes_max,
+        in_flight_request_bytes_max: limits.in_flight_request_bytes_max,
     });
     // The guarded reader buffers and frames requests itself; the writer counts
     // what reaches the socket (below the write buffer).

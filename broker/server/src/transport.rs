@@ -36,6 +36,9 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Buffer the reader keeps between messages; a bigger one (after a large request)
 /// is released.
 const BUFFER_KEPT_BYTES: usize = 256 * 1024;
+/// Requests at least this big count against `in_flight_request_bytes_max`
+/// (small ones are bounded by `in_flight_calls_max` alone).
+const LARGE_REQUEST_BYTES: usize = 64 * 1024;
 /// Most segments a message may have (capnp's own limit).
 const SEGMENTS_MAX: usize = 512;
 
@@ -46,6 +49,9 @@ pub struct ConnectionLimits {
     pub request_timeout: Duration,
     pub idle_timeout: Duration,
     pub unsent_response_bytes_max: usize,
+    /// Bytes of large requests whose calls are still being served; past it, no
+    /// more requests are read until calls finish.
+    pub in_flight_request_bytes_max: usize,
 }
 
 /// What the reader, the writer and the RPC handlers of one connection share (all
@@ -59,6 +65,10 @@ pub struct ConnectionState {
     reserved: Cell<usize>,
     /// Calls being served (a long poll in flight is not idleness).
     calls: Cell<usize>,
+    /// Bytes of large requests handed to capnp whose calls may still be running:
+    /// each finished call takes its share (calls do not name their messages), and
+    /// none are left once no call is.
+    request_bytes: Cell<usize>,
     /// Last time a byte moved either way.
     last_activity: Cell<Instant>,
     /// The reader, parked while answers are not being read.
@@ -74,6 +84,7 @@ impl ConnectionState {
             unsent: Cell::new(0),
             reserved: Cell::new(0),
             calls: Cell::new(0),
+            request_bytes: Cell::new(0),
             last_activity: Cell::new(Instant::now()),
             reader: RefCell::new(None),
             room: Notify::new(),
@@ -126,9 +137,30 @@ impl ConnectionState {
         self.room.notify_waiters();
     }
 
-    /// Whether requests wait: built answers are not being read by the peer.
+    /// Whether requests wait: built answers are not being read by the peer, or
+    /// large requests already fill the connection's share of memory.
     fn reading_paused(&self) -> bool {
         self.unsent.get() >= self.limits.unsent_response_bytes_max
+            || self.request_bytes.get() >= self.limits.in_flight_request_bytes_max
+    }
+
+    /// A request of `bytes` was handed to capnp.
+    fn request_read(&self, bytes: usize) {
+        if bytes >= LARGE_REQUEST_BYTES {
+            self.request_bytes.set(self.request_bytes.get() + bytes);
+        }
+    }
+
+    fn call_finished(&self) {
+        let calls = self.calls.get();
+        self.calls.set(calls - 1);
+        self.last_activity.set(Instant::now());
+        let held = self.request_bytes.get();
+        if held > 0 {
+            // This call's share (the last call takes what is left).
+            self.request_bytes.set(held - held / calls);
+            self.room_freed();
+        }
     }
 
     /// No call is being served (answers the peer never reads do not keep a
@@ -144,8 +176,7 @@ pub struct CallActivity(Rc<ConnectionState>);
 
 impl Drop for CallActivity {
     fn drop(&mut self) {
-        self.0.calls.set(self.0.calls.get() - 1);
-        self.0.last_activity.set(Instant::now());
+        self.0.call_finished();
     }
 }
 
@@ -298,10 +329,23 @@ impl<R: AsyncRead + Unpin> AsyncRead for GuardedReader<R> {
                 this.ready -= n;
                 return Poll::Ready(Ok(n));
             }
+            // Between messages: take no new request while the peer is not reading
+            // its answers, or its large requests are still being served.
+            if this.state.reading_paused() {
+                *this.state.reader.borrow_mut() = Some(cx.waker().clone());
+                if this.state.reading_paused() {
+                    // Our own pause: no request timeout runs meanwhile (a started
+                    // request's clock restarts when reading does).
+                    this.request_started = None;
+                    return this.poll_timeouts(cx, true);
+                }
+                continue;
+            }
             let frame = this.frame()?;
             if let Frame::Sized(size) = frame {
                 if this.pending().len() >= size {
                     this.ready = size;
+                    this.state.request_read(size);
                     // Bytes of the next request may already be here: its clock starts now.
                     this.request_started = (this.pending().len() > size).then(Instant::now);
                     continue;
@@ -313,14 +357,6 @@ impl<R: AsyncRead + Unpin> AsyncRead for GuardedReader<R> {
                 return Poll::Ready(Ok(this.hand_out(out, available)));
             }
             let between_messages = this.pending().is_empty();
-            if between_messages && this.state.reading_paused() {
-                // The peer is not reading its answers: read no more requests.
-                *this.state.reader.borrow_mut() = Some(cx.waker().clone());
-                if this.state.reading_paused() {
-                    return this.poll_timeouts(cx, between_messages);
-                }
-                continue;
-            }
             // Grow with bytes received, never with sizes declared.
             let want = match frame {
                 Frame::Sized(size) => (size - this.pending().len()).min(READ_CHUNK_BYTES),
@@ -441,5 +477,126 @@ pub fn give_back_memory() {
         unsafe {
             libc::malloc_trim(0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::Waker;
+
+    use futures::io::Cursor;
+
+    use super::*;
+
+    fn limits() -> ConnectionLimits {
+        ConnectionLimits {
+            request_bytes_max: 1 << 20,
+            request_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(600),
+            unsent_response_bytes_max: 256 * 1024,
+            in_flight_request_bytes_max: 200 * 1024,
+        }
+    }
+
+    /// One framed single-segment message of `words` words.
+    fn message(words: u32) -> Vec<u8> {
+        let mut bytes = 0u32.to_le_bytes().to_vec();
+        bytes.extend(words.to_le_bytes());
+        bytes.resize(8 + words as usize * 8, 0x5a);
+        bytes
+    }
+
+    /// Reads until `want` bytes came or the reader is pending.
+    fn read_now(reader: &mut GuardedReader<Cursor<Vec<u8>>>, want: usize) -> (usize, bool) {
+        let mut context = Context::from_waker(Waker::noop());
+        let mut buffer = vec![0u8; want];
+        let mut read = 0;
+        while read < want {
+            match Pin::new(&mut *reader).poll_read(&mut context, &mut buffer[read..]) {
+                Poll::Ready(Ok(0)) => return (read, false),
+                Poll::Ready(Ok(n)) => read += n,
+                Poll::Ready(Err(error)) => panic!("{error}"),
+                Poll::Pending => return (read, true),
+            }
+        }
+        (read, false)
+    }
+
+    #[tokio::test]
+    async fn large_requests_pause_reading_until_their_calls_finish() {
+        let state = ConnectionState::new(limits());
+        let big = message(16 * 1024); // 128 KiB + 8
+        let stream = [big.clone(), big.clone(), big.clone()].concat();
+        let mut reader = GuardedReader::new(Cursor::new(stream), state.clone());
+        let calls: Vec<CallActivity> = (0..2).map(|_| state.call_started()).collect();
+        // Two large requests (256 KiB) pass 200 KiB: the third waits.
+        assert_eq!(read_now(&mut reader, big.len() * 3), (big.len() * 2, true));
+        drop(calls);
+        assert_eq!(read_now(&mut reader, big.len()), (big.len(), false), "read again once the calls finished");
+    }
+
+    #[tokio::test]
+    async fn unread_answers_pause_reading_and_writes_resume_it() {
+        let state = ConnectionState::new(limits());
+        let small = message(4);
+        let mut reader = GuardedReader::new(Cursor::new([small.clone(), small.clone()].concat()), state.clone());
+        assert_eq!(read_now(&mut reader, small.len()), (small.len(), false));
+        state.answered(300 * 1024);
+        assert_eq!(read_now(&mut reader, small.len()), (0, true), "answers unsent: no request is read");
+        state.wrote(100 * 1024);
+        assert_eq!(read_now(&mut reader, small.len()), (small.len(), false));
+    }
+
+    /// Yields its bytes, then waits forever (a peer that stopped sending).
+    struct Stalled(Cursor<Vec<u8>>);
+
+    impl AsyncRead for Stalled {
+        fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<io::Result<usize>> {
+            let this = self.get_mut();
+            match Pin::new(&mut this.0).poll_read(cx, out) {
+                Poll::Ready(Ok(0)) => Poll::Pending,
+                other => other,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_declared_size_is_never_allocated_before_its_bytes_arrive() {
+        let state = ConnectionState::new(limits());
+        // A header declaring ~1 MiB, then only 100 bytes of body.
+        let mut partial = message((1 << 20) / 8 - 1);
+        partial.truncate(108);
+        let mut reader = GuardedReader::new(Stalled(Cursor::new(partial)), state);
+        let mut context = Context::from_waker(Waker::noop());
+        let mut buffer = [0u8; 16];
+        let outcome = Pin::new(&mut reader).poll_read(&mut context, &mut buffer);
+        assert!(outcome.is_pending(), "nothing of an incomplete message is handed on");
+        assert_eq!(reader.end, 108);
+        assert!(reader.buffer.capacity() <= 2 * READ_CHUNK_BYTES, "buffer {} bytes", reader.buffer.capacity());
+    }
+
+    #[tokio::test]
+    async fn a_declared_size_past_the_limit_is_refused_at_its_header() {
+        let state = ConnectionState::new(limits());
+        let mut reader = GuardedReader::new(Cursor::new(message((2 << 20) / 8)[..8].to_vec()), state);
+        let mut context = Context::from_waker(Waker::noop());
+        let mut buffer = [0u8; 8];
+        let outcome = Pin::new(&mut reader).poll_read(&mut context, &mut buffer);
+        assert!(
+            matches!(&outcome, Poll::Ready(Err(error)) if error.to_string().contains("more than request_bytes_max")),
+            "{outcome:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn answer_room_waits_for_writes_when_the_budget_is_full() {
+        let state = ConnectionState::new(limits());
+        let first = state.reserve_answer(200 * 1024).await;
+        first.built(200 * 1024);
+        let waiting = state.reserve_answer(100 * 1024);
+        tokio::pin!(waiting);
+        assert!(futures::poll!(waiting.as_mut()).is_pending(), "300 KiB would pass the 256 KiB budget");
+        state.wrote(150 * 1024);
+        assert!(futures::poll!(waiting.as_mut()).is_ready(), "room came back with the write");
     }
 }

@@ -198,6 +198,7 @@ fn every_method_survives_mutated_requests_and_the_broker_keeps_serving() {
             request_timeout: std::time::Duration::from_secs(30),
             idle_timeout: std::time::Duration::from_secs(600),
             unsent_response_bytes_max: limits.unsent_response_bytes_max,
+            in_flight_request_bytes_max: limits.in_flight_request_bytes_max,
         });
         let service = BrokerService::new(served, CallGate::new(limits.in_flight_calls_max, connection));
         let broker: wire::Client = capnp_rpc::new_client(service);
