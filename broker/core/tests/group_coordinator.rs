@@ -308,3 +308,26 @@ fn a_restarted_coordinator_never_hands_out_the_id_of_a_replayed_member() {
     let members = harness.coordinator.describe_group(GROUP).unwrap().members.len();
     assert_eq!(members, 5, "five distinct members");
 }
+
+/// Any client can create a group by heartbeating or committing under a new id:
+/// past `groups_max`, new ids are refused (existing groups keep working).
+#[test]
+fn new_groups_past_groups_max_are_refused_and_existing_ones_keep_working() {
+    let config = CoordinatorConfig { groups_max: 3, ..CoordinatorConfig::default() };
+    let mut coordinator = Coordinator::new(config);
+    let counts = BTreeMap::from([("orders".to_owned(), 1u32)]);
+    let join = |group: &str| HeartbeatRequest {
+        group_id: group.to_owned(),
+        member_epoch: JOIN_EPOCH,
+        subscribed_topics: Some(vec!["orders".to_owned()]),
+        ..HeartbeatRequest::default()
+    };
+    for group in ["a", "b", "c"] {
+        let (records, _) = coordinator.heartbeat(&join(group), &counts).unwrap();
+        records.iter().for_each(|record| coordinator.replay(record));
+    }
+    assert_eq!(coordinator.heartbeat(&join("d"), &counts).unwrap_err(), GroupError::TooManyGroups(3));
+    let commit = CommitRequest { group_id: "e".to_owned(), ..CommitRequest::default() };
+    assert_eq!(coordinator.commit_offsets(&commit, 0).unwrap_err(), GroupError::TooManyGroups(3));
+    assert!(coordinator.heartbeat(&join("a"), &counts).is_ok(), "an existing group takes members");
+}

@@ -71,6 +71,7 @@ impl From<GroupError> for ApiError {
             GroupError::GroupIdNotFound(_) => ErrorCode::GroupIdNotFound,
             GroupError::NonEmptyGroup(_) => ErrorCode::NonEmptyGroup,
             GroupError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            GroupError::TooManyGroups(_) => ErrorCode::ResourceExhausted,
         };
         ApiError::new(code, error.to_string())
     }

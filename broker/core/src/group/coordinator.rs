@@ -57,6 +57,9 @@ pub struct CoordinatorConfig {
     pub offsets_retention_ms: i64,
     /// Most members of one group (`group.max.size`).
     pub group_members_max: usize,
+    /// Most groups the coordinator keeps: any client can create a group by
+    /// heartbeating or committing under a new id, so their number is bounded too.
+    pub groups_max: usize,
 }
 
 impl Default for CoordinatorConfig {
@@ -69,6 +72,7 @@ impl Default for CoordinatorConfig {
             assignor_default: AssignorKind::CooperativeSticky,
             offsets_retention_ms: 7 * 24 * 60 * 60 * 1000,
             group_members_max: 1000,
+            groups_max: 10_000,
         }
     }
 }
@@ -90,6 +94,10 @@ pub enum GroupError {
     NonEmptyGroup(String),
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    #[error(
+        "the coordinator already holds {0} groups, the most allowed; delete unused groups or wait for them to expire"
+    )]
+    TooManyGroups(usize),
 }
 
 /// One heartbeat.
@@ -465,6 +473,7 @@ impl Coordinator {
         validate_group_id(&request.group_id)?;
         let mut changes = self.changes(&request.group_id);
         if !self.groups.contains_key(&request.group_id) {
+            self.room_for_a_group()?;
             let assignor = match &request.assignor {
                 Some(name) => AssignorKind::parse(name)
                     .ok_or_else(|| GroupError::InvalidRequest(format!("unknown assignor {name:?}")))?,
@@ -695,6 +704,14 @@ impl Coordinator {
     }
 
     /// Validates a commit (see the module docs, step 6) and returns its records.
+    /// [`GroupError::TooManyGroups`] when a new group would pass `groups_max`.
+    fn room_for_a_group(&self) -> Result<(), GroupError> {
+        match self.groups.len() >= self.config.groups_max {
+            true => Err(GroupError::TooManyGroups(self.config.groups_max)),
+            false => Ok(()),
+        }
+    }
+
     pub fn commit_offsets(&self, request: &CommitRequest, now_ms: i64) -> Result<Vec<GroupRecord>, GroupError> {
         validate_group_id(&request.group_id)?;
         let group = self.groups.get(&request.group_id);
@@ -727,6 +744,7 @@ impl Coordinator {
             }
             Some(_) => {}
             None if request.member_id.is_empty() => {
+                self.room_for_a_group()?;
                 let value = Some((0, self.config.assignor_default.name().to_owned()));
                 records.push(GroupRecord::Group { group_id: request.group_id.clone(), value });
             }
