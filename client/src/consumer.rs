@@ -292,6 +292,10 @@ impl Consumer {
             if assigned.records.is_empty() {
                 if let Some(error) = assigned.error.take() {
                     if taken.is_empty() {
+                        drop(state);
+                        // The partition may be fetched again now that its error was
+                        // seen: the fetch task may be asleep with nothing to fetch.
+                        self.inner.wake.notify_one();
                         return Some(Err(error));
                     }
                     assigned.error = Some(error);
@@ -777,9 +781,12 @@ fn decode_records(
         };
         let view = match BatchView::split_first(&batches[position..]) {
             Ok((view, _)) => view,
-            // The framing is broken: what follows cannot be located, so skipping
-            // means skipping one offset at a time.
-            Err(error) => return (records, Some(corrupt(error.to_string(), expected + 1))),
+            // The framing is broken: skip to after the offsets its header names,
+            // when it names any past this one.
+            Err(error) => {
+                let skip_to = header_last_offset(&batches[position..]).map_or(expected + 1, |last| last + 1);
+                return (records, Some(corrupt(error.to_string(), skip_to.max(expected + 1))));
+            }
         };
         let batch_start = position;
         position += view.size_bytes();
@@ -796,6 +803,18 @@ fn decode_records(
         expected = expected.max(view.last_offset() + 1);
     }
     (records, None)
+}
+
+/// The last offset a batch header claims (base offset + last offset delta), read
+/// without trusting the batch length; `None` when the header is cut short or the
+/// delta is implausible.
+fn header_last_offset(bytes: &[u8]) -> Option<i64> {
+    use abi::batch::field;
+    let base = i64::from_be_bytes(bytes.get(field::BASE_OFFSET..field::BASE_OFFSET + 8)?.try_into().ok()?);
+    let delta = field::LAST_OFFSET_DELTA;
+    let delta = i32::from_be_bytes(bytes.get(delta..delta + 4)?.try_into().ok()?);
+    // A damaged header may claim anything: trust only a plausible batch span.
+    (0..=1_000_000).contains(&delta).then(|| base.checked_add(i64::from(delta))).flatten()
 }
 
 /// The records at or after `offset` of one batch, all or nothing.

@@ -672,7 +672,7 @@ impl Inner {
 }
 
 fn wrapping_sequence(sequence: i32, delta: i32) -> i32 {
-    ((sequence as i64 + delta as i64) % (i32::MAX as i64 + 1)) as i32
+    (sequence as i64 + delta as i64).rem_euclid(i32::MAX as i64 + 1) as i32
 }
 
 async fn run_sender(inner: Arc<Inner>) {
@@ -791,7 +791,7 @@ async fn deliver(
             continue;
         }
         if refused_records > accounted && part_fields.producer_id >= 0 {
-            part_fields.base_sequence = part_fields.base_sequence.wrapping_sub(refused_records - accounted);
+            part_fields.base_sequence = wrapping_sequence(part_fields.base_sequence, accounted - refused_records);
             abi::batch::set_base_sequence(&mut bytes, part_fields.base_sequence);
         }
         let bytes = Arc::new(bytes);
@@ -827,7 +827,7 @@ async fn deliver(
     let repair = match &stopped {
         Some((_, part_fields)) => Some(SequenceRepair::NewProducerId(*part_fields)),
         None if refused_records > 0 => {
-            let next = fields.base_sequence.wrapping_add(record_count - refused_records);
+            let next = wrapping_sequence(fields.base_sequence, record_count - refused_records);
             Some(SequenceRepair::GiveBack(ProducerFields { base_sequence: next, ..fields }))
         }
         None => None,
@@ -861,7 +861,7 @@ fn split_batch(
         writer.finish(fields, compression)
     };
     let second_fields = ProducerFields {
-        base_sequence: if fields.producer_id >= 0 { fields.base_sequence.wrapping_add(half as i32) } else { -1 },
+        base_sequence: if fields.producer_id >= 0 { wrapping_sequence(fields.base_sequence, half as i32) } else { -1 },
         ..fields
     };
     Ok([
@@ -908,6 +908,14 @@ mod tests {
     use super::*;
 
     const FIELDS: ProducerFields = ProducerFields { producer_id: 7, producer_epoch: 0, base_sequence: 40 };
+
+    #[test]
+    fn sequences_wrap_within_31_bits_both_ways() {
+        assert_eq!(wrapping_sequence(i32::MAX, 1), 0);
+        assert_eq!(wrapping_sequence(i32::MAX - 1, 3), 1);
+        assert_eq!(wrapping_sequence(0, -1), i32::MAX);
+        assert_eq!(wrapping_sequence(1, -3), i32::MAX - 1);
+    }
 
     #[test]
     fn only_outright_refusals_give_sequences_back() {

@@ -204,6 +204,19 @@ fn with_offset_deltas(batch: &[u8], deltas: &[i32]) -> Vec<u8> {
     model.encode().unwrap()
 }
 
+/// The next error `consumer` polls (no record may come first); fails after a minute.
+async fn next_error(consumer: &Consumer) -> ClientError {
+    let polled = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match consumer.poll(Duration::from_secs(10)).await {
+                Ok(records) => assert!(records.is_empty(), "records after the bad batch: {records:?}"),
+                Err(error) => break error,
+            }
+        }
+    });
+    polled.await.expect("the error of the bad batch comes (again once seen, since it was not skipped)")
+}
+
 /// A batch that passes every check recovery makes but that no consumer can
 /// decode, as a producer could store before the broker validated records (or a
 /// disk could hand back): consumers get every record before it, then a typed error
@@ -238,18 +251,16 @@ async fn a_stored_bad_batch_stops_consumers_at_it_and_a_seek_skips_it() {
     let after = produce_raw(&connection, "poisoned", 0, batch_of(1_000, &[b"r5"])).await.unwrap();
     assert_eq!(after.base_offset, 5, "recovery kept the bad batch (its header and CRC are valid)");
 
-    let consumer = Consumer::new(broker.consumer_config()).unwrap();
+    // Short long polls: the fetch task is asleep (nothing to fetch while the error
+    // waits) by the time the application takes the error, which must wake it.
+    let config = client::ConsumerConfig { fetch_max_wait: Duration::from_millis(1), ..broker.consumer_config() };
+    let consumer = Consumer::new(config).unwrap();
     consumer.assign(&[("poisoned".to_owned(), 0)]).await.unwrap();
     consumer.seek("poisoned", 0, Offset::Beginning).unwrap();
     let before = consume(&consumer, 2).await;
     let values: Vec<&[u8]> = before.iter().map(|record| record.value.as_deref().unwrap()).collect();
     assert_eq!(values, [b"r0", b"r1"]);
-    let error = loop {
-        match consumer.poll(Duration::from_secs(10)).await {
-            Ok(records) => assert!(records.is_empty(), "records after the bad batch: {records:?}"),
-            Err(error) => break error,
-        }
-    };
+    let error = next_error(&consumer).await;
     let ClientError::CorruptBatch { ref topic, partition, offset, skip_to, .. } = error else {
         panic!("expected CorruptBatch, got {error:?}");
     };
@@ -257,12 +268,7 @@ async fn a_stored_bad_batch_stops_consumers_at_it_and_a_seek_skips_it() {
     assert_eq!(error.code(), ErrorCode::CorruptMessage);
     assert_eq!(consumer.position("poisoned", 0), Some(2), "the position stays at the bad batch");
     // Not skipped silently: the next poll fails the same way.
-    let again = loop {
-        match consumer.poll(Duration::from_secs(10)).await {
-            Ok(records) => assert!(records.is_empty()),
-            Err(error) => break error,
-        }
-    };
+    let again = next_error(&consumer).await;
     assert_eq!(again, error);
     consumer.seek("poisoned", 0, Offset::At(skip_to)).unwrap();
     let rest = consume(&consumer, 1).await;

@@ -373,6 +373,13 @@ impl Limits {
         }
         check_range(problems, "limits.nesting_limit", self.nesting_limit, 8, 128);
         check_at_least(problems, "limits.fetch_bytes_max", self.fetch_bytes_max, 1);
+        if (self.fetch_bytes_max as usize).saturating_mul(2) > self.unsent_response_bytes_max {
+            problems.push(format!(
+                "limits.unsent_response_bytes_max ({}) must be at least twice limits.fetch_bytes_max ({}) so that \
+                 fetches on one connection do not wait for each other's answers",
+                self.unsent_response_bytes_max, self.fetch_bytes_max
+            ));
+        }
     }
 }
 
@@ -619,7 +626,7 @@ mod tests {
             connections_per_ip_max = 5
             request_timeout_ms = 2000
             idle_timeout_ms = 60000
-            unsent_response_bytes_max = 1048576
+            unsent_response_bytes_max = 2097152
             in_flight_request_bytes_max = 2097152
             in_flight_calls_max = 3
             request_bytes_max = 2097152
@@ -667,7 +674,7 @@ mod tests {
                 connections_per_ip_max: 5,
                 request_timeout_ms: 2000,
                 idle_timeout_ms: 60_000,
-                unsent_response_bytes_max: MIB,
+                unsent_response_bytes_max: 2 * MIB,
                 in_flight_request_bytes_max: 2 * MIB,
                 in_flight_calls_max: 3,
                 request_bytes_max: 2 * MIB,

@@ -61,8 +61,14 @@ impl CallGate {
 impl Drop for CallPermit {
     fn drop(&mut self) {
         self.0.in_flight.set(self.0.in_flight.get() - 1);
+        // Every answer holds memory until written (capnp's Return message alone is
+        // about 800 bytes); bigger answers add their own size on top.
+        self.0.connection.answered(ANSWER_OVERHEAD_BYTES);
     }
 }
+
+/// What every answer is counted as, at least, in the connection's unsent bytes.
+const ANSWER_OVERHEAD_BYTES: usize = 1024;
 
 /// The bootstrap capability of one connection.
 #[derive(Debug)]
@@ -930,7 +936,10 @@ impl admin::Server for AdminService {
         let digest = text(params.get()?.get_digest()?)?;
         let node = self.node.clone();
         match off_thread(move || node.plugin_wasm(&digest)).await {
-            Ok(wasm) => results.get().set_wasm(&wasm),
+            Ok(wasm) => {
+                self.gate.connection.answered(wasm.len());
+                results.get().set_wasm(&wasm)
+            }
             Err(api_error) => set_error(results.get().init_error(), &api_error),
         }
         Ok(())

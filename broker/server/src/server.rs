@@ -38,6 +38,9 @@ use crate::node::{Node, NodeError};
 use crate::rpc::{BrokerService, CallGate};
 use crate::transport::{ConnectionLimits, ConnectionState, GuardedReader, GuardedWriter};
 
+/// How often freed heap pages are given back to the system (when any were).
+const MEMORY_TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How often group sessions are checked for expiry.
 const GROUP_EXPIRY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -165,8 +168,14 @@ impl Server {
                 loop {
                     ticks.tick().await;
                     node.expire_groups().await;
-                    let _ = tokio::task::spawn_blocking(crate::transport::give_back_memory).await;
                 }
+            }
+        });
+        let memory_trim = tokio::spawn(async {
+            let mut ticks = tokio::time::interval(MEMORY_TRIM_INTERVAL);
+            loop {
+                ticks.tick().await;
+                let _ = tokio::task::spawn_blocking(crate::transport::give_back_memory).await;
             }
         });
         let mut next_thread = 0;
@@ -200,6 +209,7 @@ impl Server {
         }
         tracing::info!("shutting down");
         group_expiry.abort();
+        memory_trim.abort();
         let _ = stop.send(true);
         drop(senders);
         for thread in threads {

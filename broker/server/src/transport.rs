@@ -141,7 +141,9 @@ impl ConnectionState {
     /// large requests already fill the connection's share of memory.
     fn reading_paused(&self) -> bool {
         self.unsent.get() >= self.limits.unsent_response_bytes_max
-            || self.request_bytes.get() >= self.limits.in_flight_request_bytes_max
+            // (With no call running, what is counted belongs to no call: a message
+            // that never became one must not stop the connection for good.)
+            || (self.calls.get() > 0 && self.request_bytes.get() >= self.limits.in_flight_request_bytes_max)
     }
 
     /// A request of `bytes` was handed to capnp.
@@ -157,7 +159,7 @@ impl ConnectionState {
         self.last_activity.set(Instant::now());
         let held = self.request_bytes.get();
         if held > 0 {
-            // This call's share (the last call takes what is left).
+            // This call's share; once no call runs, nothing counted belongs to one.
             self.request_bytes.set(held - held / calls);
             self.room_freed();
         }
