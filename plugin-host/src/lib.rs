@@ -732,6 +732,15 @@ impl Plugin {
                 Choice::Replace => replacement_records.next().unwrap_or(original),
                 Choice::Drop => continue,
             };
+            // The merged batch keeps the input's base: a replacement whose timestamp
+            // is further from it than the contract's s32 delta is refused, not wrapped.
+            if i32::try_from(record.timestamp_ms.wrapping_sub(batch.base_timestamp_ms)).is_err() {
+                return Err(self.bad(PluginError::BadOutput(format!(
+                    "a replacement has timestamp {} ms, more than an s32 of milliseconds from the batch's base \
+                     timestamp {} ms",
+                    record.timestamp_ms, batch.base_timestamp_ms
+                ))));
+            }
             merged.push(delta, record.timestamp_ms, record.key, record.value, record.headers.iter().copied());
         }
         Ok(merged)

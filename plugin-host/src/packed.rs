@@ -99,6 +99,11 @@ impl PackedBatch {
     }
 
     /// Appends a record.
+    ///
+    /// # Panics
+    ///
+    /// If `timestamp_ms` is further from the base timestamp than an `i32` of
+    /// milliseconds (the contract's delta; callers choose the base).
     pub fn push<'h>(
         &mut self,
         offset_delta: u32,
@@ -122,7 +127,12 @@ impl PackedBatch {
             }
         }
         let headers_length = self.arena.len() as u32 - headers_offset;
-        let timestamp_delta = (timestamp_ms - self.base_timestamp_ms) as i32 as u32;
+        let delta = timestamp_ms.wrapping_sub(self.base_timestamp_ms);
+        assert!(
+            i32::try_from(delta).is_ok(),
+            "a record {delta} ms from its batch's base timestamp: the caller must choose a base the deltas fit"
+        );
+        let timestamp_delta = delta as i32 as u32;
         self.index.extend_from_slice(&[
             key_offset,
             key_length,

@@ -780,11 +780,17 @@ fn summary(state: &State, name: &str) -> Option<PluginSummary> {
 /// is checked by the append, a stored one was checked when appended, and a
 /// rewrite decodes the original with `RecordBatch::decode`, which checks it —
 /// so a corrupt batch never gains a fresh CRC.
+///
+/// The contract's timestamp deltas are s32 milliseconds. When a record lies more
+/// than that from the batch's base timestamp, the packed batch takes the earliest
+/// record timestamp as its base instead; timestamps spanning more than an s32
+/// are refused (`InvalidRecord`), never wrapped.
 pub(crate) fn pack_view(view: &BatchView<'_>, base_offset: i64) -> Result<PackedBatch, ApiError> {
     let section = records_section_unverified(view, DECOMPRESSED_BYTES_MAX).map_err(corrupt)?;
     let count = usize::try_from(view.records_count()).unwrap_or(0);
     let base_timestamp = view.base_timestamp();
-    let mut packed = PackedBatch::new(base_offset, base_timestamp);
+    let packed_base = packed_base_timestamp(base_timestamp, &section, count)?;
+    let mut packed = PackedBatch::new(base_offset, packed_base);
     packed.arena.reserve(section.len());
     packed.index.reserve(count * plugin_host::STRIDE);
     for record in RecordRefs::new(&section, count) {
@@ -803,6 +809,30 @@ pub(crate) fn pack_view(view: &BatchView<'_>, base_offset: i64) -> Result<Packed
         );
     }
     Ok(packed)
+}
+
+/// The base timestamp a packed batch of these records can use: the batch's own
+/// when every record's delta fits an s32, else the earliest record's.
+fn packed_base_timestamp(base_timestamp: i64, section: &[u8], count: usize) -> Result<i64, ApiError> {
+    let (mut earliest, mut latest) = (i64::MAX, i64::MIN);
+    for record in RecordRefs::new(section, count) {
+        let timestamp = base_timestamp.wrapping_add(record.map_err(corrupt)?.timestamp_delta);
+        (earliest, latest) = (earliest.min(timestamp), latest.max(timestamp));
+    }
+    let fits =
+        |base: i64| [earliest, latest].iter().all(|timestamp| i32::try_from(timestamp.wrapping_sub(base)).is_ok());
+    match () {
+        _ if count == 0 || fits(base_timestamp) => Ok(base_timestamp),
+        _ if fits(earliest) => Ok(earliest),
+        _ => Err(ApiError::new(
+            ErrorCode::InvalidRecord,
+            format!(
+                "the batch's record timestamps span {} ms; a plugin batch carries at most {} ms (s32 deltas)",
+                latest.saturating_sub(earliest),
+                i32::MAX
+            ),
+        )),
+    }
 }
 
 /// Puts a plugin's records into `batch`. For produce (`keep_offsets` false) the
@@ -829,4 +859,44 @@ fn replace_records(batch: &mut RecordBatch, packed: &PackedBatch, keep_offsets: 
         batch.max_timestamp = max;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use abi::batch::BatchBuilder;
+
+    use super::*;
+
+    const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+    fn encoded(base_timestamp: i64, timestamps: &[i64]) -> Vec<u8> {
+        let mut builder = BatchBuilder::new(base_timestamp);
+        for timestamp in timestamps {
+            builder.push(*timestamp, None, Some(b"v"), &[]);
+        }
+        builder.encode()
+    }
+
+    #[test]
+    fn a_batch_whose_records_lie_far_from_its_base_is_packed_on_the_earliest_timestamp() {
+        let bytes = encoded(0, &[40 * DAY_MS, 41 * DAY_MS]);
+        let packed = pack_view(&BatchView::new(&bytes).unwrap(), 0).unwrap();
+        assert_eq!(packed.base_timestamp_ms, 40 * DAY_MS);
+        let timestamps: Vec<i64> = packed.records().unwrap().iter().map(|record| record.timestamp_ms).collect();
+        assert_eq!(timestamps, [40 * DAY_MS, 41 * DAY_MS], "exact, not wrapped");
+    }
+
+    #[test]
+    fn a_batch_spanning_more_than_an_s32_of_milliseconds_is_refused_not_wrapped() {
+        let bytes = encoded(0, &[0, 30 * DAY_MS]);
+        let refused = pack_view(&BatchView::new(&bytes).unwrap(), 0).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidRecord, "{refused:?}");
+    }
+
+    #[test]
+    fn a_batch_within_range_keeps_its_own_base() {
+        let bytes = encoded(1_000, &[1_000, 900, 5_000]);
+        let packed = pack_view(&BatchView::new(&bytes).unwrap(), 7).unwrap();
+        assert_eq!((packed.base_timestamp_ms, packed.base_offset), (1_000, 7));
+    }
 }

@@ -459,7 +459,7 @@ impl PartitionTask {
         }
         let stored = pack_view(view, view.base_offset())?;
         // Only records at or past the checkpoint (a batch may straddle it).
-        let mut input = plugin_host::PackedBatch::new(view.base_offset(), view.base_timestamp());
+        let mut input = plugin_host::PackedBatch::new(view.base_offset(), stored.base_timestamp_ms);
         let records = stored.records().map_err(|error| ApiError::new(ErrorCode::CorruptMessage, error))?;
         let first_delta = (checkpoint.next_offset - view.base_offset()).max(0) as u32;
         for record in records.iter().filter(|record| record.offset_delta >= first_delta) {
