@@ -506,3 +506,21 @@ async fn batches_refused_as_too_large_are_split_and_only_an_oversize_record_fail
     }
     broker.stop().await;
 }
+
+/// The broker counts answers until they are written (so a peer that never reads
+/// cannot pile them up); the count must never drift on a busy connection, or
+/// reading would stop for good. 100,000 small calls on one connection, 50 at a
+/// time, all answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_answers_100k_small_calls_without_stalling() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("busy", 1)).await.unwrap();
+    let connection = broker.connect().await;
+    for _ in 0..2_000 {
+        let calls = (0..50).map(|_| list_offset_raw(&connection, "busy", 0, Query::Latest));
+        let answered = tokio::time::timeout(Duration::from_secs(60), futures::future::join_all(calls)).await;
+        assert!(answered.expect("answered").into_iter().all(|offset| offset.unwrap() == 0));
+    }
+    broker.stop().await;
+}

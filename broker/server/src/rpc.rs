@@ -61,14 +61,20 @@ impl CallGate {
 impl Drop for CallPermit {
     fn drop(&mut self) {
         self.0.in_flight.set(self.0.in_flight.get() - 1);
-        // Every answer holds memory until written (capnp's Return message alone is
-        // about 800 bytes); bigger answers add their own size on top.
+        // Every answer holds memory until written; bigger answers add their own
+        // size on top.
         self.0.connection.answered(ANSWER_OVERHEAD_BYTES);
     }
 }
 
-/// What every answer is counted as, at least, in the connection's unsent bytes.
-const ANSWER_OVERHEAD_BYTES: usize = 1024;
+/// What every answer counts, at least, in the connection's unsent bytes. It must
+/// not exceed the bytes the smallest answer puts on the wire (frame header, the
+/// RPC message and its Return: over 40 bytes): writes subtract what they write, so
+/// a larger figure would drift upwards on a busy connection until reading stopped
+/// for good. (An unsent small answer holds more memory than this — capnp
+/// allocates about 800 bytes for it — so this bounds piled-up small answers only
+/// loosely.)
+const ANSWER_OVERHEAD_BYTES: usize = 32;
 
 /// The bootstrap capability of one connection.
 #[derive(Debug)]
