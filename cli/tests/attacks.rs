@@ -225,6 +225,18 @@ fn peak_rss_during(broker: &Broker, healthy: &mut Healthy, rounds: usize) -> u64
     peak
 }
 
+/// A broker with default limits and 8 MiB in topic `big`, a healthy client, and
+/// the broker's RSS before any attack.
+fn with_8_mib_topic() -> (tempfile::TempDir, Broker, Healthy, u64) {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = Broker::start(temp.path(), "");
+    let mut healthy = Healthy::connect(&broker);
+    healthy.fill("big", 8);
+    healthy.round_trip();
+    let baseline = broker.rss();
+    (temp, broker, healthy, baseline)
+}
+
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / MIB as f64)
 }
@@ -235,12 +247,7 @@ fn assert_within(rss: u64, baseline: u64, allowed: u64) {
 
 #[test]
 fn pipelined_fetches_whose_answers_are_never_read_stay_within_the_unsent_limit() {
-    let temp = tempfile::tempdir().unwrap();
-    let broker = Broker::start(temp.path(), "");
-    let mut healthy = Healthy::connect(&broker);
-    healthy.fill("big", 8);
-    healthy.round_trip();
-    let baseline = broker.rss();
+    let (_temp, broker, mut healthy, baseline) = with_8_mib_topic();
 
     // 2,000 fetches of 8 MiB each (16 GB of answers), never read. (Calls past
     // in_flight_calls_max are refused; those in flight wait for answer room.)
@@ -262,12 +269,7 @@ fn pipelined_fetches_whose_answers_are_never_read_stay_within_the_unsent_limit()
 
 #[test]
 fn a_fetch_many_naming_one_partition_400k_times_costs_one_answer() {
-    let temp = tempfile::tempdir().unwrap();
-    let broker = Broker::start(temp.path(), "");
-    let mut healthy = Healthy::connect(&broker);
-    healthy.fill("big", 8);
-    healthy.round_trip();
-    let baseline = broker.rss();
+    let (_temp, broker, mut healthy, baseline) = with_8_mib_topic();
 
     let mut attacker = connect(&broker.address);
     let mut request = bootstrap();

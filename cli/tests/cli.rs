@@ -633,8 +633,7 @@ fn consume_prints_the_records_before_an_undecodable_batch_then_says_how_to_skip_
     let mut bad = bad.encode();
     abi::batch::set_base_offset(&mut bad, 2);
     bad[abi::batch::field::ATTRIBUTES + 1] |= 3;
-    let crc = abi::batch::BatchView::new(&bad).unwrap().computed_crc();
-    bad[abi::batch::field::CRC..abi::batch::field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    abi::batch::reseal(&mut bad);
     let segment = temp.path().join("orders-0/00000000000000000000.log");
     let mut file = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
     file.write_all(&bad).unwrap();

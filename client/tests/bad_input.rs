@@ -168,7 +168,7 @@ async fn corrupt_batches_are_refused_and_append_nothing() {
                    // attacker's client): plain records labelled lz4, offset deltas out of order.
     let mut plain_as_lz4 = good.clone();
     plain_as_lz4[22] |= 3;
-    fix_crc(&mut plain_as_lz4);
+    abi::batch::reseal(&mut plain_as_lz4);
     let shuffled_deltas = with_offset_deltas(&batch_of(1_000, &[b"a", b"b", b"c"]), &[0, -5, 2]);
     let cases = [
         ("a flipped byte (CRC mismatch)", flipped, ErrorCode::CorruptMessage),
@@ -187,12 +187,6 @@ async fn corrupt_batches_are_refused_and_append_nothing() {
     assert_eq!(produce_raw(&connection, "strict", 0, good).await.unwrap().base_offset, 0);
     healthy.check("corrupt batches").await;
     broker.stop().await;
-}
-
-/// Recomputes the CRC of an encoded batch after its covered bytes were edited.
-fn fix_crc(batch: &mut [u8]) {
-    let crc = abi::batch::BatchView::new(batch).unwrap().computed_crc();
-    batch[abi::batch::field::CRC..abi::batch::field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// `batch` with its records' offset deltas replaced (CRC valid).
@@ -240,7 +234,7 @@ async fn a_stored_bad_batch_stops_consumers_at_it_and_a_seek_skips_it() {
     let mut bad = batch_of(1_000, &[b"x2", b"x3", b"x4"]);
     abi::batch::set_base_offset(&mut bad, 2);
     bad[abi::batch::field::ATTRIBUTES + 1] |= 3;
-    fix_crc(&mut bad);
+    abi::batch::reseal(&mut bad);
     let mut file = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
     std::io::Write::write_all(&mut file, &bad).unwrap();
     file.sync_all().unwrap();

@@ -50,7 +50,7 @@ pub use iter::BatchIter;
 pub use model::RecordBatch;
 pub use record::{Header, Record};
 pub use records::{records_section, records_section_unverified, validate_records, RecordRef, RecordRefs};
-pub use view::{set_base_offset, set_base_sequence, set_partition_leader_epoch, BatchView};
+pub use view::{reseal, set_base_offset, set_base_sequence, set_partition_leader_epoch, BatchView};
 pub use writer::{BatchWriter, ProducerFields};
 
 /// Size of the batch header: everything before the first record.

@@ -257,8 +257,7 @@ mod tests {
         let mut bytes = batch_of(&[0, 1], Compression::None);
         let attributes = crate::batch::field::ATTRIBUTES;
         bytes[attributes + 1] |= 3; // lz4
-        let crc = crc32c::crc32c(&bytes[attributes..]);
-        bytes[crate::batch::field::CRC..crate::batch::field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        crate::batch::reseal(&mut bytes);
         let view = BatchView::new(&bytes).unwrap();
         view.validate().unwrap();
         let result = validate_records(&view, &mut Vec::new(), 1 << 20);

@@ -236,6 +236,15 @@ impl<'a> BatchView<'a> {
 /// If `batch` is shorter than a batch header.
 pub fn set_base_sequence(batch: &mut [u8], base_sequence: i32) {
     write_at(batch, field::BASE_SEQUENCE, &base_sequence.to_be_bytes());
+    reseal(batch);
+}
+
+/// Recomputes the CRC of an encoded batch after bytes it covers were edited.
+///
+/// # Panics
+///
+/// If `batch` is shorter than a batch header.
+pub fn reseal(batch: &mut [u8]) {
     let crc = crc32c::crc32c(&batch[field::ATTRIBUTES..]);
     write_at(batch, field::CRC, &crc.to_be_bytes());
 }

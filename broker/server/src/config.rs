@@ -156,6 +156,17 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// What one connection's byte edge enforces (see `transport.rs`).
+    pub fn connection(&self) -> crate::transport::ConnectionLimits {
+        crate::transport::ConnectionLimits {
+            request_bytes_max: self.request_bytes_max,
+            request_timeout: std::time::Duration::from_millis(u64::from(self.request_timeout_ms)),
+            idle_timeout: std::time::Duration::from_millis(u64::from(self.idle_timeout_ms)),
+            unsent_response_bytes_max: self.unsent_response_bytes_max,
+            in_flight_request_bytes_max: self.in_flight_request_bytes_max,
+        }
+    }
+
     /// `request_bytes_max` as Cap'n Proto's traversal limit, in 8-byte words.
     pub fn traversal_limit_words(&self) -> usize {
         self.request_bytes_max / 8

@@ -24,7 +24,6 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use abi::weir_capnp::broker;
 use capnp_rpc::{rpc_twoparty_capnp, twoparty, RpcSystem};
@@ -36,7 +35,7 @@ use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use crate::config::{BrokerConfig, Limits};
 use crate::node::{Node, NodeError};
 use crate::rpc::{BrokerService, CallGate};
-use crate::transport::{ConnectionLimits, ConnectionState, GuardedReader, GuardedWriter};
+use crate::transport::{ConnectionState, GuardedReader, GuardedWriter};
 
 /// How often freed heap pages are given back to the system (when any were).
 const MEMORY_TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
@@ -258,13 +257,7 @@ async fn serve_connection(stream: TcpStream, slots: ConnectionSlots, node: Arc<N
     let (reader, writer) = stream.into_split();
     let mut options = capnp::message::ReaderOptions::new();
     options.traversal_limit_in_words(Some(limits.request_bytes_max / 8)).nesting_limit(limits.nesting_limit);
-    let connection = ConnectionState::new(ConnectionLimits {
-        request_bytes_max: limits.request_bytes_max,
-        request_timeout: Duration::from_millis(u64::from(limits.request_timeout_ms)),
-        idle_timeout: Duration::from_millis(u64::from(limits.idle_timeout_ms)),
-        unsent_response_bytes_max: limits.unsent_response_bytes_max,
-        in_flight_request_bytes_max: limits.in_flight_request_bytes_max,
-    });
+    let connection = ConnectionState::new(limits.connection());
     // The guarded reader buffers and frames requests itself; the writer counts
     // what reaches the socket (below the write buffer).
     let network = twoparty::VatNetwork::new(

@@ -24,7 +24,7 @@ use abi::weir_capnp::{admin, broker as wire, Acks};
 use broker::config::BrokerConfig;
 use broker::node::Node;
 use broker::rpc::{BrokerService, CallGate};
-use broker::transport::{ConnectionLimits, ConnectionState};
+use broker::transport::ConnectionState;
 use capnp::any_pointer;
 use capnp::traits::HasTypeId;
 use rand::rngs::StdRng;
@@ -193,13 +193,7 @@ fn every_method_survives_mutated_requests_and_the_broker_keeps_serving() {
     let local = tokio::task::LocalSet::new();
     let served = node.clone();
     local.block_on(&runtime, async move {
-        let connection = ConnectionState::new(ConnectionLimits {
-            request_bytes_max: limits.request_bytes_max,
-            request_timeout: std::time::Duration::from_secs(30),
-            idle_timeout: std::time::Duration::from_secs(600),
-            unsent_response_bytes_max: limits.unsent_response_bytes_max,
-            in_flight_request_bytes_max: limits.in_flight_request_bytes_max,
-        });
+        let connection = ConnectionState::new(limits.connection());
         let service = BrokerService::new(served, CallGate::new(limits.in_flight_calls_max, connection));
         let broker: wire::Client = capnp_rpc::new_client(service);
         let admin = broker.admin_request().send().pipeline.get_admin();
