@@ -5,6 +5,7 @@
 //! through the [`storage`] traits, so the same code runs under the real server
 //! (`broker`) and under crash/simulation tests.
 //!
+//! - [`clock`]: the clock seam (wall-clock milliseconds), plus a manual clock.
 //! - [`group`]: the consumer-group coordinator (assignors, records, state machine).
 //! - [`log`]: the partition log — segments, sparse indexes, recovery, retention,
 //!   durability bookkeeping (the durable offset that replication builds on).
@@ -16,6 +17,7 @@
 //! Architecture invariant: this crate never depends on an IO runtime; Cargo
 //! enforces it (see `Cargo.toml`).
 
+pub mod clock;
 pub mod group;
 pub mod log;
 pub mod producer_state;

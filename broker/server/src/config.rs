@@ -282,6 +282,7 @@ impl BrokerConfig {
             flush_threads: self.flush_threads,
             retention_check_interval_ms: self.retention_check_interval_ms,
             group_commit_linger_us: self.group_commit_linger_us,
+            environment: crate::environment::Environment::real(),
         }
     }
 
@@ -846,7 +847,7 @@ mod tests {
             log: LogConfig { flush_interval_ms: 77, ..LogConfig::default() },
             ..BrokerConfig::default()
         };
-        let LogDirConfig { data_dir, log, flush_threads, retention_check_interval_ms, group_commit_linger_us } =
+        let LogDirConfig { data_dir, log, flush_threads, retention_check_interval_ms, group_commit_linger_us, .. } =
             config.log_dir_config();
         assert_eq!(
             (data_dir, log, flush_threads, retention_check_interval_ms, group_commit_linger_us),

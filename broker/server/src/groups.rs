@@ -19,10 +19,11 @@
 //! so a crash midway leaves the old records in charge.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use abi::batch::{BatchBuilder, BatchView, RecordBatch};
 use abi::ErrorCode;
+use broker_core::clock::Clock;
 use broker_core::group::assignor::TopicPartition;
 use broker_core::group::coordinator::{
     CommitRequest, Coordinator, CoordinatorConfig, GroupDescription, GroupError, GroupState, HeartbeatRequest,
@@ -32,7 +33,6 @@ use broker_core::group::record::{GroupRecord, OffsetValue};
 use broker_core::log::LogError;
 
 use crate::error::ApiError;
-use crate::log_dir::now_ms;
 use crate::partition::{lock, Partition};
 
 /// The internal topic holding every group's records.
@@ -59,6 +59,7 @@ struct Shard {
 #[derive(Debug)]
 pub struct GroupCoordinators {
     shards: Vec<Shard>,
+    clock: Arc<dyn Clock>,
 }
 
 impl From<GroupError> for ApiError {
@@ -79,7 +80,11 @@ impl From<GroupError> for ApiError {
 
 impl GroupCoordinators {
     /// Loads one coordinator per partition by replaying it.
-    pub fn load(partitions: Vec<Partition>, config: &CoordinatorConfig) -> Result<GroupCoordinators, LogError> {
+    pub fn load(
+        partitions: Vec<Partition>,
+        config: &CoordinatorConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<GroupCoordinators, LogError> {
         let mut shards = Vec::with_capacity(partitions.len());
         for partition in partitions {
             let mut coordinator = Coordinator::new(config.clone());
@@ -87,7 +92,7 @@ impl GroupCoordinators {
             let snapshot_bytes = std::sync::atomic::AtomicU64::new(0);
             shards.push(Shard { partition, coordinator: Mutex::new(coordinator), snapshot_bytes });
         }
-        Ok(GroupCoordinators { shards })
+        Ok(GroupCoordinators { shards, clock })
     }
 
     fn shard(&self, group_id: &str) -> &Shard {
@@ -106,7 +111,7 @@ impl GroupCoordinators {
         let (durable_needed, value) = {
             let mut coordinator = lock(&shard.coordinator);
             let (records, value) = handler(&mut coordinator)?;
-            let end = append(&shard.partition, &records)?;
+            let end = append(&shard.partition, &records, self.clock.now_ms())?;
             records.iter().for_each(|record| coordinator.replay(record));
             (end, value)
         };
@@ -126,17 +131,23 @@ impl GroupCoordinators {
             })
             .await?;
         if response.member_epoch >= 0 {
-            lock(&self.shard(&request.group_id).coordinator).seen(&request.group_id, &response.member_id, now_ms());
+            lock(&self.shard(&request.group_id).coordinator).seen(
+                &request.group_id,
+                &response.member_id,
+                self.clock.now_ms(),
+            );
         }
         Ok(response)
     }
 
     pub async fn commit(&self, request: &CommitRequest) -> Result<(), ApiError> {
-        self.write(&request.group_id, |coordinator| Ok((coordinator.commit_offsets(request, now_ms())?, ()))).await
+        let now_ms = self.clock.now_ms();
+        self.write(&request.group_id, |coordinator| Ok((coordinator.commit_offsets(request, now_ms)?, ()))).await
     }
 
     pub async fn reset_offsets(&self, group_id: &str, offsets: &[(TopicPartition, i64)]) -> Result<(), ApiError> {
-        self.write(group_id, |coordinator| Ok((coordinator.reset_offsets(group_id, offsets, now_ms())?, ()))).await
+        let now_ms = self.clock.now_ms();
+        self.write(group_id, |coordinator| Ok((coordinator.reset_offsets(group_id, offsets, now_ms)?, ()))).await
     }
 
     pub async fn delete_group(&self, group_id: &str) -> Result<(), ApiError> {
@@ -175,7 +186,7 @@ impl GroupCoordinators {
             let (snapshot_offset, end) = {
                 let coordinator = lock(&shard.coordinator);
                 shard.partition.roll()?;
-                let mut bytes = snapshot_batches(&coordinator.snapshot_records());
+                let mut bytes = snapshot_batches(&coordinator.snapshot_records(), self.clock.now_ms());
                 shard.snapshot_bytes.store(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 let info = shard.partition.append(&mut bytes, 0)?;
                 (info.base_offset, info.last_offset + 1)
@@ -193,8 +204,9 @@ impl GroupCoordinators {
         for shard in &self.shards {
             let outcome = {
                 let mut coordinator = lock(&shard.coordinator);
-                let records = coordinator.expire(now_ms(), partition_counts);
-                append(&shard.partition, &records).map(|end| {
+                let now_ms = self.clock.now_ms();
+                let records = coordinator.expire(now_ms, partition_counts);
+                append(&shard.partition, &records, now_ms).map(|end| {
                     records.iter().for_each(|record| coordinator.replay(record));
                     (end, records.len())
                 })
@@ -215,11 +227,10 @@ impl GroupCoordinators {
 
 /// Appends `records` as one batch; returns the offset everything up to which must
 /// be durable before answering (the log end when there is nothing to append).
-fn append(partition: &Partition, records: &[GroupRecord]) -> Result<u64, ApiError> {
+fn append(partition: &Partition, records: &[GroupRecord], now: i64) -> Result<u64, ApiError> {
     if records.is_empty() {
         return Ok(partition.with_log(|log| Ok(log.log_end_offset()))?);
     }
-    let now = now_ms();
     let mut builder = BatchBuilder::new(now);
     for record in records {
         let (key, value) = record.encode();
@@ -230,8 +241,7 @@ fn append(partition: &Partition, records: &[GroupRecord]) -> Result<u64, ApiErro
 }
 
 /// Encodes `records` as back-to-back batches of at most `SNAPSHOT_BATCH_BYTES`.
-fn snapshot_batches(records: &[GroupRecord]) -> Vec<u8> {
-    let now = now_ms();
+fn snapshot_batches(records: &[GroupRecord], now: i64) -> Vec<u8> {
     let mut bytes = Vec::new();
     let mut builder = BatchBuilder::new(now);
     let mut batch_bytes = 0;

@@ -29,7 +29,8 @@
 //!   retention, with group commit, a durable-offset watch and a high-watermark
 //!   watch;
 //! - [`flusher`]: the threads that run fdatasync rounds;
-//! - [`storage`]: `broker_core`'s storage seam on real files and `memmap2`.
+//! - [`storage`]: `broker_core`'s storage seam on real files and `memmap2`;
+//! - [`environment`]: what a broker runs on (storage and clock), real or simulated.
 //!
 //! The storage side can be used without the server. Append, wait for durability,
 //! read back:
@@ -58,6 +59,7 @@
 
 pub mod config;
 pub mod data_dir_lock;
+pub mod environment;
 pub mod error;
 pub mod flusher;
 pub mod groups;
@@ -73,6 +75,7 @@ pub mod transforms;
 pub mod transport;
 
 pub use config::{BrokerConfig, BrokerConfigError, ConfigOverrides, Limits};
+pub use environment::{Environment, SystemClock};
 pub use error::ApiError;
 pub use log_dir::{CreatePartitionError, LogDir, LogDirConfig, PartitionDirFate};
 pub use node::Node;

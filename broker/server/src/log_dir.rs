@@ -18,14 +18,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use broker_core::clock::Clock;
 use broker_core::log::{FlushPolicy, LogConfig, LogError};
-use broker_core::storage::Storage;
 
+use crate::environment::{Environment, SystemClock};
 use crate::flusher::Flusher;
 use crate::partition::{lock, Partition};
-use crate::storage::FileStorage;
 
 /// Settings of the data directory.
 #[derive(Clone, Debug)]
@@ -40,6 +40,8 @@ pub struct LogDirConfig {
     /// Longest wait, at the start of a group-commit round, for appenders released by
     /// the previous round to append again (0 disables). See `partition.rs`.
     pub group_commit_linger_us: u64,
+    /// Storage and clock (real files and the system clock by default).
+    pub environment: Environment,
 }
 
 impl LogDirConfig {
@@ -51,6 +53,7 @@ impl LogDirConfig {
             flush_threads: 2,
             retention_check_interval_ms: 300_000,
             group_commit_linger_us: 200,
+            environment: Environment::real(),
         }
     }
 }
@@ -96,7 +99,6 @@ pub struct LogDir {
 
 #[derive(Debug)]
 struct Shared {
-    storage: Arc<dyn Storage>,
     config: LogDirConfig,
     flusher: Flusher,
     partitions: Mutex<BTreeMap<String, Partition>>,
@@ -107,9 +109,9 @@ struct Shared {
     deleted_count: std::sync::atomic::AtomicU64,
 }
 
-/// Milliseconds since the Unix epoch.
+/// Milliseconds since the Unix epoch, by the system clock.
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as i64)
+    SystemClock.now_ms()
 }
 
 /// Splits `orders-3` into `("orders", 3)`.
@@ -136,16 +138,14 @@ impl LogDir {
     /// partitions renamed for deletion are removed.
     pub fn open_with(config: LogDirConfig, fate_of: impl Fn(&str) -> PartitionDirFate) -> Result<LogDir, LogError> {
         config.log.validate()?;
-        let storage: Arc<dyn Storage> = Arc::new(FileStorage);
         let data_dir = config.data_dir.clone();
-        storage.create_dir_all(&data_dir).map_err(|source| LogError::Io {
+        config.environment.storage.create_dir_all(&data_dir).map_err(|source| LogError::Io {
             op: "create directory",
             path: data_dir.clone(),
             source,
         })?;
         let flusher = Flusher::start(config.flush_threads);
         let shared = Arc::new(Shared {
-            storage,
             config,
             flusher,
             partitions: Mutex::new(BTreeMap::new()),
@@ -154,7 +154,7 @@ impl LogDir {
             wake: Condvar::new(),
             deleted_count: std::sync::atomic::AtomicU64::new(0),
         });
-        let mut names = shared.storage.list_dir(&data_dir).map_err(|source| LogError::Io {
+        let mut names = shared.config.environment.storage.list_dir(&data_dir).map_err(|source| LogError::Io {
             op: "list directory",
             path: data_dir.clone(),
             source,
@@ -162,7 +162,7 @@ impl LogDir {
         names.sort();
         for name in names {
             if is_deleted_leftover(&name) {
-                remove_dir(&data_dir.join(&name));
+                shared.remove_dir(&data_dir.join(&name));
                 continue;
             }
             if parse_partition_dir(&name).is_none() {
@@ -290,11 +290,21 @@ impl Drop for LogDir {
 }
 
 impl Shared {
+    fn remove_dir(&self, path: &Path) {
+        remove_dir(&*self.config.environment.storage, path);
+    }
+
     fn open_partition(&self, name: &str, config: LogConfig) -> Result<Partition, LogError> {
         let dir = self.config.data_dir.join(name);
         let linger = Duration::from_micros(self.config.group_commit_linger_us);
-        let partition =
-            Partition::open(self.storage.clone(), name.to_owned(), dir, config, self.flusher.clone(), linger)?;
+        let partition = Partition::open(
+            self.config.environment.clone(),
+            name.to_owned(),
+            dir,
+            config,
+            self.flusher.clone(),
+            linger,
+        )?;
         let report = partition.with_log(|log| Ok(log.recovery_report().clone()))?;
         let repaired = report.segments_scanned > 0 || report.truncated_bytes > 0 || report.segments_removed > 0;
         if let Some(tail) = &report.truncated_tail {
@@ -328,14 +338,16 @@ impl Shared {
     fn delete_dir(&self, name: &str) -> Result<(), LogError> {
         let data_dir = &self.config.data_dir;
         let unique = self.deleted_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let doomed = data_dir.join(format!("{name}.{}-{unique}{DELETED_SUFFIX}", now_ms()));
+        let now_ms = self.config.environment.clock.now_ms();
+        let doomed = data_dir.join(format!("{name}.{now_ms}-{unique}{DELETED_SUFFIX}"));
         let source = data_dir.join(name);
-        match std::fs::rename(&source, &doomed) {
+        let storage = &self.config.environment.storage;
+        match storage.rename(&source, &doomed) {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(error) => return Err(LogError::Io { op: "rename for deletion", path: source, source: error }),
         }
-        self.storage.sync_dir(data_dir).map_err(|source| LogError::Io {
+        storage.sync_dir(data_dir).map_err(|source| LogError::Io {
             op: "sync directory",
             path: data_dir.clone(),
             source,
@@ -344,10 +356,11 @@ impl Shared {
         // (RPC) thread. The rename above already made the deletion durable.
         let removal = std::thread::Builder::new().name("weir-delete".to_owned()).spawn({
             let doomed = doomed.clone();
-            move || remove_dir(&doomed)
+            let storage = storage.clone();
+            move || remove_dir(&*storage, &doomed)
         });
         if removal.is_err() {
-            remove_dir(&doomed);
+            remove_dir(&**storage, &doomed);
         }
         Ok(())
     }
@@ -356,7 +369,8 @@ impl Shared {
         let config = &self.config;
         // Topics may override `flush.ms`: tick often enough for small overrides.
         let tick_ms = config.log.flush_interval_ms.min(config.retention_check_interval_ms).clamp(10, 100);
-        let mut last_retention_ms = now_ms();
+        let clock = &config.environment.clock;
+        let mut last_retention_ms = clock.now_ms();
         loop {
             let stop = lock(&self.stop);
             let (stop, _) = self
@@ -367,7 +381,7 @@ impl Shared {
                 return;
             }
             drop(stop);
-            let now = now_ms();
+            let now = clock.now_ms();
             let partitions: Vec<Partition> = lock(&self.partitions).values().cloned().collect();
             for partition in &partitions {
                 let partition_config = partition.config();
@@ -405,8 +419,8 @@ fn is_deleted_leftover(name: &str) -> bool {
         && stamp.bytes().all(|byte| byte.is_ascii_digit() || byte == b'-')
 }
 
-fn remove_dir(path: &Path) {
-    if let Err(error) = std::fs::remove_dir_all(path) {
+fn remove_dir(storage: &dyn broker_core::storage::Storage, path: &Path) {
+    if let Err(error) = storage.remove_dir_all(path) {
         tracing::warn!(path = %path.display(), %error, "could not remove a deleted partition's directory");
     }
 }

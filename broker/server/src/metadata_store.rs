@@ -17,9 +17,10 @@
 //! metadata log; the records it will hold are exactly these fields.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use broker_core::storage::{read_file, replace_file, Storage};
 use serde::{Deserialize, Serialize};
 
 /// File name inside the data directory.
@@ -70,15 +71,16 @@ pub enum MetadataError {
 #[derive(Debug)]
 pub struct MetadataStore {
     dir: PathBuf,
+    storage: Arc<dyn Storage>,
     metadata: ClusterMetadata,
 }
 
 impl MetadataStore {
     /// Loads `<dir>/cluster-metadata.json`, or starts empty when there is none.
-    pub fn open(dir: &Path) -> Result<MetadataStore, MetadataError> {
+    pub fn open(storage: Arc<dyn Storage>, dir: &Path) -> Result<MetadataStore, MetadataError> {
         let path = dir.join(METADATA_FILE_NAME);
-        let metadata = match std::fs::read(&path) {
-            Ok(bytes) => {
+        let metadata = match read_file(&*storage, &path) {
+            Ok(Some(bytes)) => {
                 let metadata: ClusterMetadata = serde_json::from_slice(&bytes)
                     .map_err(|error| MetadataError::Invalid { path: path.clone(), reason: error.to_string() })?;
                 if metadata.version != FORMAT_VERSION {
@@ -87,12 +89,10 @@ impl MetadataStore {
                 }
                 metadata
             }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                ClusterMetadata { version: FORMAT_VERSION, ..ClusterMetadata::default() }
-            }
+            Ok(None) => ClusterMetadata { version: FORMAT_VERSION, ..ClusterMetadata::default() },
             Err(source) => return Err(MetadataError::Io { op: "read", path, source }),
         };
-        Ok(MetadataStore { dir: dir.to_path_buf(), metadata })
+        Ok(MetadataStore { dir: dir.to_path_buf(), storage, metadata })
     }
 
     pub fn metadata(&self) -> &ClusterMetadata {
@@ -119,18 +119,9 @@ impl MetadataStore {
 
     fn write(&self, metadata: &ClusterMetadata) -> Result<(), MetadataError> {
         let path = self.dir.join(METADATA_FILE_NAME);
-        let temporary = self.dir.join(format!("{METADATA_FILE_NAME}.tmp"));
-        let io = |op: &'static str, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| MetadataError::Io { op, path, source }
-        };
         let bytes = serde_json::to_vec_pretty(metadata)
             .map_err(|error| MetadataError::Invalid { path: path.clone(), reason: error.to_string() })?;
-        let mut file = std::fs::File::create(&temporary).map_err(io("create", &temporary))?;
-        file.write_all(&bytes).map_err(io("write", &temporary))?;
-        file.sync_all().map_err(io("fsync", &temporary))?;
-        std::fs::rename(&temporary, &path).map_err(io("rename", &path))?;
-        std::fs::File::open(&self.dir).and_then(|dir| dir.sync_all()).map_err(io("fsync", &self.dir))
+        replace_file(&*self.storage, &path, &bytes).map_err(|source| MetadataError::Io { op: "replace", path, source })
     }
 }
 
@@ -138,11 +129,12 @@ impl MetadataStore {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::storage::FileStorage;
 
     #[test]
     fn changes_survive_reopening_and_ids_never_repeat() {
         let temp = tempfile::tempdir().unwrap();
-        let mut store = MetadataStore::open(temp.path()).unwrap();
+        let mut store = MetadataStore::open(Arc::new(FileStorage), temp.path()).unwrap();
         let record = TopicRecord {
             partition_count: 3,
             replication_factor: 1,
@@ -150,7 +142,7 @@ mod tests {
         };
         store.update(|metadata| metadata.topics.insert("orders".to_owned(), record.clone())).unwrap();
         assert_eq!(store.allocate_producer_id_block().unwrap(), 0);
-        let mut reopened = MetadataStore::open(temp.path()).unwrap();
+        let mut reopened = MetadataStore::open(Arc::new(FileStorage), temp.path()).unwrap();
         assert_eq!(reopened.metadata().topics.get("orders"), Some(&record));
         assert_eq!(reopened.allocate_producer_id_block().unwrap(), PRODUCER_ID_BLOCK_SIZE);
     }
@@ -159,7 +151,7 @@ mod tests {
     fn a_damaged_file_is_reported_not_replaced() {
         let temp = tempfile::tempdir().unwrap();
         std::fs::write(temp.path().join(METADATA_FILE_NAME), b"{\"version\": 1, \"topics\": ").unwrap();
-        let error = MetadataStore::open(temp.path()).unwrap_err();
+        let error = MetadataStore::open(Arc::new(FileStorage), temp.path()).unwrap_err();
         assert!(matches!(error, MetadataError::Invalid { .. }), "{error}");
         assert!(error.to_string().contains(METADATA_FILE_NAME), "{error}");
     }

@@ -31,9 +31,10 @@ use broker_core::producer_state::{ProducerBatch, ProducerStates, SequenceCheck};
 
 use crate::config::{BrokerConfig, Limits};
 use crate::data_dir_lock::{DataDirLock, DataDirLockError};
+use crate::environment::Environment;
 use crate::error::ApiError;
 use crate::groups::{GroupCoordinators, CONSUMER_OFFSETS_PARTITIONS, CONSUMER_OFFSETS_TOPIC};
-use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, PartitionDirFate};
+use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, LogDirConfig, PartitionDirFate};
 use crate::metadata_store::{MetadataError, MetadataStore, TopicRecord, PRODUCER_ID_BLOCK_SIZE};
 use crate::partition::{lock, Partition};
 use crate::plugins::{AttachmentSummary, FailurePolicy, PluginSummary, Plugins};
@@ -227,13 +228,25 @@ pub struct Node {
     /// Held from `open` until `shutdown` has closed every partition (or the node
     /// is dropped): no other process may open the data directory meanwhile.
     data_dir_lock: Mutex<Option<DataDirLock>>,
+    clock: Arc<dyn broker_core::clock::Clock>,
 }
 
 impl Node {
-    /// Opens the data directory: metadata, then every partition of every topic.
+    /// Opens the data directory on real files with the system clock: metadata,
+    /// then every partition of every topic.
     pub fn open(config: &BrokerConfig) -> Result<Node, NodeError> {
-        let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
-        let metadata = MetadataStore::open(&config.data_dir)?;
+        Node::open_in(config, Environment::real())
+    }
+
+    /// [`Node::open`] on the given storage and clock (a simulated broker runs on
+    /// `MemStorage` and a `ManualClock`). Only real files are locked against a
+    /// second process.
+    pub fn open_in(config: &BrokerConfig, environment: Environment) -> Result<Node, NodeError> {
+        let data_dir_lock = match environment.is_real() {
+            true => Some(DataDirLock::acquire(&config.data_dir)?),
+            false => None,
+        };
+        let metadata = MetadataStore::open(environment.storage.clone(), &config.data_dir)?;
         let mut log_configs = HashMap::new();
         for (name, record) in &metadata.metadata().topics {
             let entries: Vec<(String, String)> = record.configs.clone().into_iter().collect();
@@ -242,7 +255,8 @@ impl Node {
             log_configs.insert(name.clone(), log_config);
         }
         let pending_deletions = metadata.metadata().pending_deletions.clone();
-        let log_dir = LogDir::open_with(config.log_dir_config(), |directory| {
+        let log_dir_config = LogDirConfig { environment: environment.clone(), ..config.log_dir_config() };
+        let log_dir = LogDir::open_with(log_dir_config, |directory| {
             let topic = parse_partition_dir(directory).map_or("", |(topic, _)| topic);
             match log_configs.get(topic) {
                 Some(log_config) => PartitionDirFate::Open(log_config.clone()),
@@ -272,12 +286,13 @@ impl Node {
             topics: RwLock::new(topics),
             producer_ids: Mutex::new(ProducerIdBlock::default()),
             groups: None,
-            plugins: Plugins::open(&config.data_dir.join("plugins"), config.plugin_limits())
+            plugins: Plugins::open(&config.data_dir.join("plugins"), config.plugin_limits(), environment.clone())
                 .map_err(|error| NodeError::Plugins(error.message))?,
-            transforms: Transforms::open(&config.data_dir.join("plugins").join("transforms"))
+            transforms: Transforms::open(&config.data_dir.join("plugins").join("transforms"), environment.clone())
                 .map_err(|error| NodeError::Plugins(error.message))?,
             round_robin: std::sync::atomic::AtomicU64::new(0),
-            data_dir_lock: Mutex::new(Some(data_dir_lock)),
+            data_dir_lock: Mutex::new(data_dir_lock),
+            clock: environment.clock.clone(),
         };
         node.groups = Some(node.load_group_coordinators()?);
         Ok(node)
@@ -305,7 +320,7 @@ impl Node {
             })?;
             partitions.push(partition.clone());
         }
-        Ok(GroupCoordinators::load(partitions, &CoordinatorConfig::default())?)
+        Ok(GroupCoordinators::load(partitions, &CoordinatorConfig::default(), self.clock.clone())?)
     }
 
     fn groups(&self) -> &GroupCoordinators {

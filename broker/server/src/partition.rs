@@ -28,10 +28,11 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
+use broker_core::clock::Clock;
 use broker_core::log::{AppendInfo, FlushPolicy, Log, LogConfig, LogError, ReadInfo, ValidatedBatches};
-use broker_core::storage::Storage;
 use tokio::sync::watch;
 
+use crate::environment::Environment;
 use crate::flusher::Flusher;
 
 /// Durability as published to waiters.
@@ -88,6 +89,7 @@ struct Shared {
     flush_round_count: AtomicU64,
     /// Wall-clock start of the last flush round (drives `flush.ms`).
     last_flush_ms: AtomicI64,
+    clock: Arc<dyn Clock>,
     /// Set by `close`: waiters on the high watermark stop waiting.
     closed: std::sync::atomic::AtomicBool,
 }
@@ -101,14 +103,14 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Partition {
     /// Opens (recovering if needed) the partition log in `dir`.
     pub fn open(
-        storage: Arc<dyn Storage>,
+        environment: Environment,
         name: String,
         dir: PathBuf,
         config: LogConfig,
         flusher: Flusher,
         group_commit_linger: Duration,
     ) -> Result<Partition, LogError> {
-        let log = Log::open(storage, dir.clone(), config.clone())?;
+        let log = Log::open(environment.storage.clone(), dir.clone(), config.clone())?;
         let (durability, _) = watch::channel(Durability::Durable(log.durable_offset()));
         let (high_watermark, _) = watch::channel(match config.flush_policy {
             FlushPolicy::Always => log.durable_offset(),
@@ -129,7 +131,8 @@ impl Partition {
             high_watermark,
             flusher,
             flush_round_count: AtomicU64::new(0),
-            last_flush_ms: AtomicI64::new(crate::log_dir::now_ms()),
+            last_flush_ms: AtomicI64::new(environment.clock.now_ms()),
+            clock: environment.clock,
             closed: std::sync::atomic::AtomicBool::new(false),
         };
         Ok(Partition { shared: Arc::new(shared) })
@@ -304,7 +307,7 @@ impl Partition {
     /// One group-commit round; called by a flusher thread.
     pub(crate) fn run_round(&self) {
         *lock(&self.shared.round) = RoundState::Running;
-        self.shared.last_flush_ms.store(crate::log_dir::now_ms(), Ordering::Relaxed);
+        self.shared.last_flush_ms.store(self.shared.clock.now_ms(), Ordering::Relaxed);
         self.linger_for_expected_appends();
         // Appends that marked the round dirty while it lingered are covered by the
         // ticket taken next: no extra round for them.

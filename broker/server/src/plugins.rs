@@ -22,7 +22,6 @@
 //!   `fail-open` lets the records through unchanged.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -36,6 +35,7 @@ use plugin_host::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::environment::Environment;
 use crate::error::ApiError;
 use crate::partition::lock;
 
@@ -163,6 +163,7 @@ pub struct Plugins {
     engine: std::sync::OnceLock<PluginEngine>,
     limits: HostLimits,
     dir: PathBuf,
+    environment: Environment,
     state: Mutex<State>,
 }
 
@@ -174,10 +175,6 @@ impl std::fmt::Debug for Plugins {
 
 fn storage(context: &str, error: impl std::fmt::Display) -> ApiError {
     ApiError::new(ErrorCode::StorageError, format!("{context}: {error}"))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as i64)
 }
 
 fn hook_name(text: &str) -> Result<HookKind, ApiError> {
@@ -206,35 +203,37 @@ fn plugin_failed(plugin: &str, error: &PluginError) -> ApiError {
     ApiError::new(ErrorCode::PluginFailed, format!("plugin {plugin:?}: {error}"))
 }
 
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let temporary = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+/// Replaces `path` with `bytes` atomically and durably in `environment`'s storage.
+pub(crate) fn write_atomically(environment: &Environment, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    broker_core::storage::replace_file(&*environment.storage, path, bytes)
+}
+
+/// The whole file at `path`, or `None` when there is none.
+pub(crate) fn read_whole(environment: &Environment, path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    broker_core::storage::read_file(&*environment.storage, path)
 }
 
 impl Plugins {
     /// Opens `dir` (created if missing): loads every stored plugin (from its
     /// cached artifact when it is there) and restarts every attachment. An
     /// attachment whose `init` now fails stays listed with that status.
-    pub fn open(dir: &Path, limits: HostLimits) -> Result<Plugins, ApiError> {
-        std::fs::create_dir_all(dir).map_err(|error| storage(&format!("create {}", dir.display()), error))?;
+    pub fn open(dir: &Path, limits: HostLimits, environment: Environment) -> Result<Plugins, ApiError> {
+        environment
+            .storage
+            .create_dir_all(dir)
+            .map_err(|error| storage(&format!("create {}", dir.display()), error))?;
+        let registry: RegistryFile = match read_whole(&environment, &dir.join(REGISTRY_FILE)) {
+            Ok(Some(bytes)) => serde_json::from_slice(&bytes)
+                .map_err(|error| storage(&format!("read {}", dir.join(REGISTRY_FILE).display()), error))?,
+            Ok(None) => RegistryFile::default(),
+            Err(error) => return Err(storage("read the plugin registry", error)),
+        };
         let plugins = Plugins {
             engine: std::sync::OnceLock::new(),
             limits,
             dir: dir.to_path_buf(),
+            environment,
             state: Mutex::new(State::default()),
-        };
-        let registry: RegistryFile = match std::fs::read(dir.join(REGISTRY_FILE)) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|error| storage(&format!("read {}", dir.join(REGISTRY_FILE).display()), error))?,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => RegistryFile::default(),
-            Err(error) => return Err(storage("read the plugin registry", error)),
         };
         let mut state = State::default();
         for record in registry.plugins {
@@ -282,7 +281,7 @@ impl Plugins {
     /// stored bytes (then cached).
     fn load(&self, digest: &str) -> Result<CompiledPlugin, ApiError> {
         let cache = self.dir.join(format!("{digest}.cwasm"));
-        if let Ok(bytes) = std::fs::read(&cache) {
+        if let Ok(Some(bytes)) = read_whole(&self.environment, &cache) {
             // SAFETY: `.cwasm` files are written only by `cache` below, from
             // this engine's own serialization; a stale or foreign one fails to
             // load and is recompiled.
@@ -292,8 +291,7 @@ impl Plugins {
             }
         }
         let wasm_path = self.dir.join(format!("{digest}.wasm"));
-        let wasm =
-            std::fs::read(&wasm_path).map_err(|error| storage(&format!("read {}", wasm_path.display()), error))?;
+        let wasm = self.read_wasm(&wasm_path)?;
         let compiled = self.engine()?.compile(&wasm).map_err(|error| storage(&format!("compile {digest}"), error))?;
         self.cache(&compiled);
         Ok(compiled)
@@ -304,7 +302,7 @@ impl Plugins {
         if let Err(error) = compiled
             .serialize()
             .map_err(|error| error.to_string())
-            .and_then(|bytes| write_atomically(&path, &bytes).map_err(|error| error.to_string()))
+            .and_then(|bytes| write_atomically(&self.environment, &path, &bytes).map_err(|error| error.to_string()))
         {
             tracing::warn!(path = %path.display(), %error, "cannot cache a compiled plugin");
         }
@@ -317,7 +315,7 @@ impl Plugins {
         };
         let bytes =
             serde_json::to_vec_pretty(&registry).map_err(|error| storage("encode the plugin registry", error))?;
-        write_atomically(&self.dir.join(REGISTRY_FILE), &bytes)
+        write_atomically(&self.environment, &self.dir.join(REGISTRY_FILE), &bytes)
             .map_err(|error| storage("write the plugin registry", error))
     }
 
@@ -339,7 +337,8 @@ impl Plugins {
         let digest = compiled.digest().to_owned();
         let wasm_path = self.dir.join(format!("{digest}.wasm"));
         if !wasm_path.exists() {
-            write_atomically(&wasm_path, wasm).map_err(|error| storage("store the plugin", error))?;
+            write_atomically(&self.environment, &wasm_path, wasm)
+                .map_err(|error| storage("store the plugin", error))?;
         }
         self.cache(&compiled);
         let record = PluginRecord {
@@ -347,7 +346,7 @@ impl Plugins {
             digest,
             hook: compiled.kind().name().to_owned(),
             size_bytes: wasm.len() as u64,
-            uploaded_ms: now_ms(),
+            uploaded_ms: self.environment.clock.now_ms(),
         };
         let mut state = lock(&self.state);
         let (log, metrics) = match state.plugins.get(name) {
@@ -415,7 +414,7 @@ impl Plugins {
         self.save(&state)?;
         if !state.plugins.values().any(|stored| stored.record.digest == digest) {
             for extension in ["wasm", "cwasm"] {
-                let _ = std::fs::remove_file(self.dir.join(format!("{digest}.{extension}")));
+                let _ = self.environment.storage.remove_file(&self.dir.join(format!("{digest}.{extension}")));
             }
         }
         Ok(())
@@ -583,8 +582,15 @@ impl Plugins {
         if !known {
             return Err(ApiError::new(ErrorCode::PluginNotFound, format!("no plugin with digest {digest:?}")));
         }
-        let path = self.dir.join(format!("{digest}.wasm"));
-        std::fs::read(&path).map_err(|error| storage(&format!("read {}", path.display()), error))
+        self.read_wasm(&self.dir.join(format!("{digest}.wasm")))
+    }
+
+    fn read_wasm(&self, path: &Path) -> Result<Vec<u8>, ApiError> {
+        match read_whole(&self.environment, path) {
+            Ok(Some(bytes)) => Ok(bytes),
+            Ok(None) => Err(storage(&format!("read {}", path.display()), "missing")),
+            Err(error) => Err(storage(&format!("read {}", path.display()), error)),
+        }
     }
 
     /// The running interceptors of `hook` on `topic`, in attach order.

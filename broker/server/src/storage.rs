@@ -54,6 +54,10 @@ impl Storage for FileStorage {
         fs::rename(from, to)
     }
 
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::remove_dir_all(dir)
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         fs::File::open(dir)?.sync_all()
     }

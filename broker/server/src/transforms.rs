@@ -27,10 +27,11 @@ use abi::ErrorCode;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::environment::Environment;
 use crate::error::ApiError;
 use crate::node::{Acks, Node, PartitionFetch, ProduceRequest};
 use crate::partition::lock;
-use crate::plugins::{pack_view, write_atomically};
+use crate::plugins::{pack_view, read_whole, write_atomically};
 
 const RECORD_FILE: &str = "transforms.json";
 const OUTPUTS_MAX: usize = 8;
@@ -112,6 +113,7 @@ pub struct TransformStatus {
 /// See the module docs.
 pub struct Transforms {
     dir: PathBuf,
+    environment: Environment,
     deployments: Mutex<BTreeMap<String, Deployment>>,
     runtime: Mutex<Option<tokio::runtime::Handle>>,
 }
@@ -132,11 +134,16 @@ fn invalid(message: impl Into<String>) -> ApiError {
 
 impl Transforms {
     /// Loads the deployment records (tasks start with [`Transforms::start_all`]).
-    pub fn open(dir: &Path) -> Result<Transforms, ApiError> {
-        std::fs::create_dir_all(dir).map_err(|error| storage(&format!("create {}", dir.display()), error))?;
-        let records: Vec<DeploymentRecord> = match std::fs::read(dir.join(RECORD_FILE)) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|error| storage("read transforms.json", error))?,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+    pub fn open(dir: &Path, environment: Environment) -> Result<Transforms, ApiError> {
+        environment
+            .storage
+            .create_dir_all(dir)
+            .map_err(|error| storage(&format!("create {}", dir.display()), error))?;
+        let records: Vec<DeploymentRecord> = match read_whole(&environment, &dir.join(RECORD_FILE)) {
+            Ok(Some(bytes)) => {
+                serde_json::from_slice(&bytes).map_err(|error| storage("read transforms.json", error))?
+            }
+            Ok(None) => Vec::new(),
             Err(error) => return Err(storage("read transforms.json", error)),
         };
         let deployments = records
@@ -153,13 +160,19 @@ impl Transforms {
                 (deployment.record.name.clone(), deployment)
             })
             .collect();
-        Ok(Transforms { dir: dir.to_path_buf(), deployments: Mutex::new(deployments), runtime: Mutex::new(None) })
+        Ok(Transforms {
+            dir: dir.to_path_buf(),
+            environment,
+            deployments: Mutex::new(deployments),
+            runtime: Mutex::new(None),
+        })
     }
 
     fn save(&self, deployments: &BTreeMap<String, Deployment>) -> Result<(), ApiError> {
         let records: Vec<&DeploymentRecord> = deployments.values().map(|deployment| &deployment.record).collect();
         let bytes = serde_json::to_vec_pretty(&records).map_err(|error| storage("encode transforms.json", error))?;
-        write_atomically(&self.dir.join(RECORD_FILE), &bytes).map_err(|error| storage("write transforms.json", error))
+        write_atomically(&self.environment, &self.dir.join(RECORD_FILE), &bytes)
+            .map_err(|error| storage("write transforms.json", error))
     }
 
     fn checkpoint_path(&self, name: &str, partition: i32) -> PathBuf {
@@ -205,6 +218,7 @@ impl Transforms {
                 control: deployment.control.subscribe(),
                 state: deployment.state.clone(),
                 checkpoint_path: self.checkpoint_path(&record.name, partition),
+                environment: self.environment.clone(),
             };
             deployment.tasks.push(runtime.spawn(task.run()).abort_handle());
         }
@@ -260,7 +274,7 @@ impl Transforms {
             tasks: Vec::new(),
         };
         for partition in 0..input_partitions {
-            let _ = std::fs::remove_file(self.checkpoint_path(&spec.name, partition));
+            let _ = self.environment.storage.remove_file(&self.checkpoint_path(&spec.name, partition));
         }
         self.spawn(node, &mut deployment)?;
         deployments.insert(spec.name, deployment);
@@ -328,7 +342,7 @@ impl Transforms {
                 let deployment = deployments.remove(name).expect("looked up above");
                 deployment.tasks.iter().for_each(tokio::task::AbortHandle::abort);
                 for partition in deployment.record.producer_ids.keys() {
-                    let _ = std::fs::remove_file(self.checkpoint_path(name, *partition));
+                    let _ = self.environment.storage.remove_file(&self.checkpoint_path(name, *partition));
                 }
                 return self.save(&deployments);
             }
@@ -349,6 +363,7 @@ struct PartitionTask {
     control: watch::Receiver<Control>,
     state: Arc<Mutex<String>>,
     checkpoint_path: PathBuf,
+    environment: Environment,
 }
 
 impl PartitionTask {
@@ -363,7 +378,8 @@ impl PartitionTask {
 
     fn save(&self, checkpoint: &Checkpoint) -> Result<(), ApiError> {
         let bytes = serde_json::to_vec(checkpoint).map_err(|error| storage("encode a checkpoint", error))?;
-        write_atomically(&self.checkpoint_path, &bytes).map_err(|error| storage("write a checkpoint", error))
+        write_atomically(&self.environment, &self.checkpoint_path, &bytes)
+            .map_err(|error| storage("write a checkpoint", error))
     }
 
     fn fail(&self, message: String) {
@@ -373,17 +389,20 @@ impl PartitionTask {
     }
 
     async fn run(mut self) {
-        let mut checkpoint =
-            match std::fs::read(&self.checkpoint_path).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
-                Some(checkpoint) => checkpoint,
-                None => loop {
-                    match self.resolve(self.record.start) {
-                        Ok(next_offset) => break Checkpoint { next_offset, sequences: BTreeMap::new() },
-                        Err(error) => self.fail(error.message),
-                    }
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                },
-            };
+        let mut checkpoint = match read_whole(&self.environment, &self.checkpoint_path)
+            .ok()
+            .flatten()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        {
+            Some(checkpoint) => checkpoint,
+            None => loop {
+                match self.resolve(self.record.start) {
+                    Ok(next_offset) => break Checkpoint { next_offset, sequences: BTreeMap::new() },
+                    Err(error) => self.fail(error.message),
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
+            },
+        };
         let mut generation = self.control.borrow().generation;
         let mut buffers = vec![Vec::new()];
         loop {

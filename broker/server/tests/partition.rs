@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use broker::flusher::Flusher;
-use broker::{Durability, Partition};
+use broker::{Durability, Environment, Partition, SystemClock};
 use broker_core::log::{FlushPolicy, Log, LogConfig};
 use broker_core::storage::mem::{CrashMode, MemStorage};
 use broker_core::storage::{File, MapMut, Storage};
@@ -77,6 +77,9 @@ impl Storage for GatedStorage {
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.inner.rename(from, to)
+    }
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.inner.remove_dir_all(dir)
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.inner.sync_dir(dir)
@@ -147,7 +150,7 @@ fn setup(config: LogConfig) -> (MemStorage, Arc<Gate>, Partition) {
     let gate = Arc::new(Gate::default());
     let storage = Arc::new(GatedStorage { inner: inner.clone(), gate: gate.clone() });
     let partition = Partition::open(
-        storage,
+        Environment::simulated(storage, Arc::new(SystemClock)),
         "t-0".into(),
         PathBuf::from("/data/topic-0"),
         config,

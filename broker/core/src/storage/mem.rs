@@ -14,6 +14,10 @@
 //! operations, every call fails with an IO error, as if the machine had died there.
 //! Crash-consistency tests sweep that number across a workload.
 //!
+//! Directories can be renamed (their whole subtree moves; the move is durable at
+//! the next `sync_dir` of the new parent) and removed with everything in them (the
+//! removal is durable at the next `sync_dir` of the parent).
+//!
 //! Simplifications (documented so tests do not over-trust them): directories are
 //! durable as soon as they are created (so a missing `sync_dir` of a *parent* after
 //! creating a directory would go unnoticed here); a torn write keeps a prefix of the
@@ -47,6 +51,26 @@ struct State {
     dead: bool,
     /// Mutating operations performed so far (for sizing crash sweeps).
     op_count: u64,
+    /// Directory renames (from, to) not yet made durable by a `sync_dir` of the
+    /// new parent: the durable subtree moves then.
+    pending_dir_renames: Vec<(PathBuf, PathBuf)>,
+}
+
+/// Whether `path` is `dir` or lies under it.
+fn within(path: &Path, dir: &Path) -> bool {
+    path.starts_with(dir)
+}
+
+/// Moves every key of `entries` at or under `from` to the same place under `to`.
+fn move_subtree(entries: &mut BTreeMap<PathBuf, Entry>, from: &Path, to: &Path) {
+    let moved: Vec<PathBuf> = entries.keys().filter(|path| within(path, from)).cloned().collect();
+    for path in moved {
+        if let Some(entry) = entries.remove(&path) {
+            let relative = path.strip_prefix(from).unwrap_or(Path::new(""));
+            let target = if relative.as_os_str().is_empty() { to.to_path_buf() } else { to.join(relative) };
+            entries.insert(target, entry);
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -193,6 +217,7 @@ impl MemStorage {
         state.durable = rebooted;
         state.dead = false;
         state.ops_left = None;
+        state.pending_dir_renames.clear();
     }
 
     /// Paths of every live file, in order.
@@ -280,14 +305,41 @@ impl Storage for MemStorage {
             .live
             .remove(from)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{} not found", from.display())))?;
-        state.live.insert(to.to_path_buf(), entry);
+        if let Entry::Dir = entry {
+            state.live.insert(from.to_path_buf(), Entry::Dir);
+            move_subtree(&mut state.live, from, to);
+            state.pending_dir_renames.push((from.to_path_buf(), to.to_path_buf()));
+        } else {
+            state.live.insert(to.to_path_buf(), entry);
+        }
+        Ok(())
+    }
+
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut state = self.shared.mutate()?;
+        if !matches!(state.live.get(dir), Some(Entry::Dir)) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no directory {}", dir.display())));
+        }
+        state.live.retain(|path, _| !within(path, dir));
         Ok(())
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut state = self.shared.mutate()?;
-        let in_dir = |path: &PathBuf| path.parent() == Some(dir);
-        state.durable.retain(|path, _| !in_dir(path));
+        let in_dir = |path: &Path| path.parent() == Some(dir);
+        // Renamed directories bring their durable contents along.
+        let (landed, pending): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut state.pending_dir_renames).into_iter().partition(|(_, to)| in_dir(to));
+        state.pending_dir_renames = pending;
+        for (from, to) in landed {
+            move_subtree(&mut state.durable, &from, &to);
+        }
+        // Entries of `dir` that are gone take their durable subtrees with them.
+        let gone: Vec<PathBuf> =
+            state.durable.keys().filter(|path| in_dir(path) && !state.live.contains_key(*path)).cloned().collect();
+        for path in gone {
+            state.durable.retain(|durable, _| !within(durable, &path));
+        }
         let synced: Vec<(PathBuf, Entry)> =
             state.live.iter().filter(|(path, _)| in_dir(path)).map(|(p, e)| (p.clone(), e.clone())).collect();
         state.durable.extend(synced);
@@ -431,6 +483,64 @@ mod tests {
         storage.remove_file(&dir.join("f")).unwrap();
         storage.crash(CrashMode::ForgetUnsynced);
         assert!(storage.exists(&dir.join("f")));
+    }
+
+    #[test]
+    fn a_directory_rename_moves_its_files_and_is_durable_after_sync_dir() {
+        let storage = MemStorage::new();
+        let root = Path::new("/data");
+        storage.create_dir_all(&root.join("a")).unwrap();
+        let file = storage.open(&root.join("a/f"), true).unwrap();
+        file.write_at(b"kept", 0).unwrap();
+        file.sync_data().unwrap();
+        storage.sync_dir(&root.join("a")).unwrap();
+        storage.rename(&root.join("a"), &root.join("b")).unwrap();
+        assert_eq!(storage.contents(&root.join("b/f")).unwrap(), b"kept");
+        assert!(!storage.exists(&root.join("a/f")));
+        storage.crash(CrashMode::ForgetUnsynced);
+        assert!(storage.exists(&root.join("a/f")), "the rename was not synced");
+        storage.rename(&root.join("a"), &root.join("b")).unwrap();
+        storage.sync_dir(root).unwrap();
+        storage.crash(CrashMode::ForgetUnsynced);
+        assert_eq!(storage.contents(&root.join("b/f")).unwrap(), b"kept");
+        assert!(!storage.exists(&root.join("a")));
+        assert_eq!(storage.list_dir(root).unwrap(), vec!["b".to_owned()]);
+    }
+
+    #[test]
+    fn a_removed_directory_stays_removed_once_its_parent_is_synced() {
+        let storage = MemStorage::new();
+        let root = Path::new("/data");
+        storage.create_dir_all(&root.join("a")).unwrap();
+        storage.open(&root.join("a/f"), true).unwrap().sync_data().unwrap();
+        storage.sync_dir(&root.join("a")).unwrap();
+        storage.remove_dir_all(&root.join("a")).unwrap();
+        assert!(!storage.exists(&root.join("a/f")));
+        storage.crash(CrashMode::ForgetUnsynced);
+        assert!(storage.exists(&root.join("a/f")), "the removal was not synced");
+        storage.remove_dir_all(&root.join("a")).unwrap();
+        storage.sync_dir(root).unwrap();
+        storage.crash(CrashMode::ForgetUnsynced);
+        assert!(!storage.exists(&root.join("a")) && !storage.exists(&root.join("a/f")));
+        // The same name made again starts empty.
+        storage.create_dir_all(&root.join("a")).unwrap();
+        assert!(storage.list_dir(&root.join("a")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn replace_file_is_all_or_nothing_and_read_file_tells_missing_from_empty() {
+        let storage = MemStorage::new();
+        let root = Path::new("/data");
+        storage.create_dir_all(root).unwrap();
+        let path = root.join("meta.json");
+        assert_eq!(crate::storage::read_file(&storage, &path).unwrap(), None);
+        crate::storage::replace_file(&storage, &path, b"one").unwrap();
+        storage.fail_after(3); // dies before the rename lands
+        assert!(crate::storage::replace_file(&storage, &path, b"two, longer").is_err());
+        storage.crash(CrashMode::TornTail { seed: 7 });
+        assert_eq!(crate::storage::read_file(&storage, &path).unwrap().unwrap(), b"one");
+        crate::storage::replace_file(&storage, &path, b"").unwrap();
+        assert_eq!(crate::storage::read_file(&storage, &path).unwrap(), Some(Vec::new()));
     }
 
     #[test]

@@ -42,8 +42,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn exists(&self, path: &Path) -> bool;
     /// Removes the file at `path`.
     fn remove_file(&self, path: &Path) -> io::Result<()>;
-    /// Atomically replaces `to` with `from`.
+    /// Atomically replaces `to` with `from` (a file, or a directory with everything
+    /// in it; a directory's `to` must not exist).
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes the directory `dir` and everything in it.
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Makes every entry creation, removal and rename inside `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Maps `path` (creating it when missing) writable, after setting its length to
@@ -77,6 +80,34 @@ pub trait File: Send + Sync + fmt::Debug {
         }
         Ok(())
     }
+}
+
+/// Reads the whole file at `path`; `Ok(None)` when there is no such file.
+pub fn read_file(storage: &dyn Storage, path: &Path) -> io::Result<Option<Vec<u8>>> {
+    let file = match storage.open(path, false) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let len = usize::try_from(file.len()?).map_err(io::Error::other)?;
+    let mut bytes = vec![0; len];
+    file.read_exact_at(&mut bytes, 0)?;
+    Ok(Some(bytes))
+}
+
+/// Replaces the file at `path` with `bytes`, atomically and durably: written to
+/// `<path>.tmp`, synced, renamed over `path`, and the directory synced. After a
+/// crash the file holds either the old or the new bytes, never a mix.
+pub fn replace_file(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    let temporary = std::path::PathBuf::from(temporary);
+    let file = storage.open(&temporary, true)?;
+    file.set_len(0)?;
+    file.write_at(bytes, 0)?;
+    file.sync_data()?;
+    storage.rename(&temporary, path)?;
+    storage.sync_dir(path.parent().unwrap_or(Path::new("")))
 }
 
 /// A writable memory map of a whole file.
