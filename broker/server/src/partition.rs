@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use broker_core::clock::Clock;
 use broker_core::log::{AppendInfo, FlushPolicy, Log, LogConfig, LogError, ReadInfo, ValidatedBatches};
+use broker_core::replication::{HighWatermark, ReplicaOffsets};
 use tokio::sync::watch;
 
 use crate::environment::Environment;
@@ -167,13 +168,16 @@ impl Partition {
     pub fn append(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
         let config = self.config();
         let validated = ValidatedBatches::new(batches, &config)?;
-        let info = self
-            .with_log_mut(|log| log.append_validated(validated, leader_epoch))
+        let (info, durable_offset) = self
+            .with_log_mut(|log| Ok((log.append_validated(validated, leader_epoch)?, log.durable_offset())))
             .inspect_err(|_| self.publish_if_fenced())?;
         self.shared.append_count.fetch_add(1, Ordering::Relaxed);
         match config.flush_policy {
             FlushPolicy::Always => self.schedule_round(),
-            FlushPolicy::Interval => self.advance_high_watermark(info.last_offset + 1),
+            FlushPolicy::Interval => {
+                let log_end_offset = info.last_offset + 1;
+                self.advance_high_watermark(FlushPolicy::Interval, ReplicaOffsets { log_end_offset, durable_offset });
+            }
         }
         Ok(info)
     }
@@ -186,15 +190,13 @@ impl Partition {
     /// Replaces the config (altered topic configs); see [`Log::set_config`]. Switching
     /// to `flush.policy=interval` makes everything appended so far visible at once.
     pub fn set_config(&self, config: LogConfig) -> Result<(), LogError> {
-        let log_end_offset = self.with_log_mut(|log| {
+        let leader = self.with_log_mut(|log| {
             log.set_config(config.clone())?;
-            Ok(log.log_end_offset())
+            Ok(ReplicaOffsets { log_end_offset: log.log_end_offset(), durable_offset: log.durable_offset() })
         })?;
         let flush_policy = config.flush_policy;
         *self.shared.config.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = config;
-        if flush_policy == FlushPolicy::Interval {
-            self.advance_high_watermark(log_end_offset);
-        }
+        self.advance_high_watermark(flush_policy, leader);
         Ok(())
     }
 
@@ -215,10 +217,13 @@ impl Partition {
         self.high_watermark()
     }
 
-    fn advance_high_watermark(&self, offset: u64) {
-        self.shared.high_watermark.send_if_modified(|high_watermark| {
-            let advanced = *high_watermark < offset;
-            *high_watermark = (*high_watermark).max(offset);
+    /// The high-watermark rule (`broker_core::replication::HighWatermark`) with
+    /// the leader as the whole ISR: one node, `min.insync.replicas` = 1.
+    fn advance_high_watermark(&self, policy: FlushPolicy, leader: ReplicaOffsets) {
+        self.shared.high_watermark.send_if_modified(|offset| {
+            let mut high_watermark = HighWatermark::new(*offset);
+            let advanced = high_watermark.advance(policy, &[leader], 1).is_some();
+            *offset = high_watermark.offset();
             advanced
         });
     }
@@ -386,7 +391,9 @@ impl Partition {
                 self.shared.expected_appends.store(waiters, Ordering::Relaxed);
                 // Visible before acknowledged: a consumer told about an offset by
                 // its producer must be able to read it.
-                self.advance_high_watermark(durable);
+                // Durable offsets are a lower bound of the log end offset.
+                let leader = ReplicaOffsets { log_end_offset: durable, durable_offset: durable };
+                self.advance_high_watermark(FlushPolicy::Always, leader);
                 self.shared.durability.send_if_modified(|state| match state {
                     Durability::Durable(published) if *published < durable => {
                         *published = durable;

@@ -1,0 +1,286 @@
+//! The controller's decisions, as handlers over a [`ClusterImage`]: each takes a
+//! request and returns the records that carry it out, and changes nothing. The
+//! owner appends the records to the metadata log and applies them; the records a
+//! handler returns apply cleanly, in order, to the image it was given.
+//!
+//! 1. **Registration.** A broker registers at start-up with a fresh incarnation.
+//!    The same incarnation again is a retry (no records). A new incarnation of a
+//!    known broker is a restart: its old incarnation is fenced first (leadership
+//!    moved away), then the new registration starts fenced.
+//! 2. **Fencing** (missed heartbeats, or a controlled shutdown): every partition
+//!    it leads gets a new leader from the rest of its ISR, or none; it leaves every
+//!    ISR it is not the last member of (the last member stays, so the partition can
+//!    come back with it); then the broker is fenced.
+//! 3. **Unfencing** (heartbeats with the metadata log caught up): the broker is
+//!    unfenced, then leads every leaderless partition whose ISR holds it.
+//! 4. **Placement** of a new topic over the active brokers: the first replica
+//!    (preferred leader) of partition `p` is broker `(start + p) mod n`, where
+//!    `start` is the number of partitions that exist already, so leadership stays
+//!    balanced across topics; followers follow it in the broker order, which
+//!    interleaves racks, skipping racks already used while unused ones remain.
+//! 5. **Preferred leaders**: a partition whose first replica is active and in the
+//!    ISR, but led by another broker, is moved back to it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::image::ClusterImage;
+use super::record::{BrokerId, BrokerRegistration, MetadataRecord, PartitionState, NO_LEADER};
+
+/// Why the controller refuses a request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControllerError {
+    #[error("topic {0:?} already exists")]
+    TopicExists(String),
+    #[error("topic {0:?} does not exist")]
+    UnknownTopic(String),
+    #[error("partition count must be at least 1, got {0}")]
+    InvalidPartitions(i64),
+    #[error("replication factor {requested} needs that many active brokers; {available} are active")]
+    InvalidReplicationFactor { requested: i64, available: usize },
+    #[error("broker {0} is not registered")]
+    UnknownBroker(BrokerId),
+    #[error("broker {broker_id} epoch {broker_epoch} is stale (current {current})")]
+    StaleBrokerEpoch { broker_id: BrokerId, broker_epoch: u64, current: u64 },
+    #[error("no plugin {0:?}")]
+    UnknownPlugin(String),
+}
+
+impl ClusterImage {
+    /// Step 1: the records that register `registration`.
+    pub fn register_broker(&self, registration: &BrokerRegistration) -> Vec<MetadataRecord> {
+        let mut records = Vec::new();
+        if let Some(existing) = self.brokers.get(&registration.broker_id) {
+            if existing.registration.incarnation == registration.incarnation {
+                return records;
+            }
+            records = self.fence_records(registration.broker_id, existing.epoch);
+        }
+        records.push(MetadataRecord::RegisterBroker(registration.clone()));
+        records
+    }
+
+    /// Step 2: the records that fence `broker_id` at `broker_epoch`.
+    pub fn fence_broker(&self, broker_id: BrokerId, broker_epoch: u64) -> Result<Vec<MetadataRecord>, ControllerError> {
+        self.check_broker_epoch(broker_id, broker_epoch)?;
+        Ok(self.fence_records(broker_id, broker_epoch))
+    }
+
+    fn fence_records(&self, broker_id: BrokerId, broker_epoch: u64) -> Vec<MetadataRecord> {
+        let mut records = Vec::new();
+        for (topic, partition, state) in self.partitions() {
+            if !state.isr.contains(&broker_id) && state.leader != broker_id {
+                continue;
+            }
+            let mut isr = state.isr.clone();
+            if isr.len() > 1 {
+                isr.retain(|member| *member != broker_id);
+            }
+            let leader = match state.leader == broker_id {
+                true => first_active(self, &state.replicas, &isr, Some(broker_id)),
+                false => state.leader,
+            };
+            if let Some(next) = changed(state, leader, isr) {
+                records.push(partition_change(topic, partition, next));
+            }
+        }
+        let fenced = self.brokers.get(&broker_id).is_some_and(|broker| broker.fenced);
+        if !fenced {
+            records.push(MetadataRecord::FenceBroker { broker_id, broker_epoch });
+        }
+        records
+    }
+
+    /// Step 3: the records that unfence `broker_id` at `broker_epoch`.
+    pub fn unfence_broker(
+        &self,
+        broker_id: BrokerId,
+        broker_epoch: u64,
+    ) -> Result<Vec<MetadataRecord>, ControllerError> {
+        let broker = self.check_broker_epoch(broker_id, broker_epoch)?;
+        let mut records = Vec::new();
+        if broker.fenced {
+            records.push(MetadataRecord::UnfenceBroker { broker_id, broker_epoch });
+        }
+        for (topic, partition, state) in self.partitions() {
+            if state.leader == NO_LEADER && state.isr.contains(&broker_id) {
+                if let Some(next) = changed(state, broker_id, state.isr.clone()) {
+                    records.push(partition_change(topic, partition, next));
+                }
+            }
+        }
+        Ok(records)
+    }
+
+    /// Step 4: the records that create `name`.
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partition_count: u32,
+        replication_factor: u16,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Vec<MetadataRecord>, ControllerError> {
+        if self.topics.contains_key(name) {
+            return Err(ControllerError::TopicExists(name.to_owned()));
+        }
+        if partition_count == 0 {
+            return Err(ControllerError::InvalidPartitions(0));
+        }
+        let brokers = self.placement_order();
+        let replication_factor = usize::from(replication_factor);
+        if replication_factor == 0 || replication_factor > brokers.len() {
+            let requested = replication_factor as i64;
+            return Err(ControllerError::InvalidReplicationFactor { requested, available: brokers.len() });
+        }
+        let start = self.partitions().count();
+        let partitions = (0..partition_count as usize)
+            .map(|partition| {
+                let replicas = place(&brokers, start + partition, replication_factor);
+                let leader = replicas[0];
+                PartitionState { isr: replicas.clone(), replicas, leader, leader_epoch: 0, partition_epoch: 0 }
+            })
+            .collect();
+        Ok(vec![MetadataRecord::CreateTopic { name: name.to_owned(), partitions, configs }])
+    }
+
+    pub fn delete_topic(&self, name: &str) -> Result<Vec<MetadataRecord>, ControllerError> {
+        if !self.topics.contains_key(name) {
+            return Err(ControllerError::UnknownTopic(name.to_owned()));
+        }
+        Ok(vec![MetadataRecord::DeleteTopic { name: name.to_owned() }])
+    }
+
+    /// Sets (`Some`) or removes (`None`) config overrides of `topic`.
+    pub fn alter_configs(
+        &self,
+        topic: &str,
+        changes: &[(String, Option<String>)],
+    ) -> Result<Vec<MetadataRecord>, ControllerError> {
+        if !self.topics.contains_key(topic) {
+            return Err(ControllerError::UnknownTopic(topic.to_owned()));
+        }
+        let records = changes
+            .iter()
+            .map(|(key, value)| MetadataRecord::ConfigChange {
+                topic: topic.to_owned(),
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect();
+        Ok(records)
+    }
+
+    /// The next block of `count` producer ids, for `broker_id`.
+    pub fn allocate_producer_ids(
+        &self,
+        broker_id: BrokerId,
+        count: i64,
+    ) -> Result<Vec<MetadataRecord>, ControllerError> {
+        if !self.brokers.contains_key(&broker_id) {
+            return Err(ControllerError::UnknownBroker(broker_id));
+        }
+        Ok(vec![MetadataRecord::ProducerIdBlock { broker_id, first: self.next_producer_id, count }])
+    }
+
+    /// Step 5: the records that move every partition back to its preferred leader
+    /// where that broker can lead.
+    pub fn elect_preferred_leaders(&self) -> Vec<MetadataRecord> {
+        let mut records = Vec::new();
+        for (topic, partition, state) in self.partitions() {
+            let preferred = state.replicas[0];
+            if state.leader != preferred && self.is_active(preferred) && state.isr.contains(&preferred) {
+                if let Some(next) = changed(state, preferred, state.isr.clone()) {
+                    records.push(partition_change(topic, partition, next));
+                }
+            }
+        }
+        records
+    }
+
+    fn check_broker_epoch(
+        &self,
+        broker_id: BrokerId,
+        broker_epoch: u64,
+    ) -> Result<&super::image::BrokerState, ControllerError> {
+        let broker = self.brokers.get(&broker_id).ok_or(ControllerError::UnknownBroker(broker_id))?;
+        if broker.epoch != broker_epoch {
+            return Err(ControllerError::StaleBrokerEpoch { broker_id, broker_epoch, current: broker.epoch });
+        }
+        Ok(broker)
+    }
+
+    /// Active brokers, interleaved by rack (one of each rack in turn, racks and
+    /// brokers in id order); brokers without a rack form one rack of their own.
+    fn placement_order(&self) -> Vec<(BrokerId, Option<String>)> {
+        let mut racks: BTreeMap<Option<String>, Vec<BrokerId>> = BTreeMap::new();
+        for (broker_id, broker) in &self.brokers {
+            if !broker.fenced {
+                racks.entry(broker.registration.rack.clone()).or_default().push(*broker_id);
+            }
+        }
+        let mut order = Vec::new();
+        for round in 0.. {
+            let before = order.len();
+            for (rack, brokers) in &racks {
+                if let Some(broker_id) = brokers.get(round) {
+                    order.push((*broker_id, rack.clone()));
+                }
+            }
+            if order.len() == before {
+                break;
+            }
+        }
+        order
+    }
+}
+
+/// The replicas of the partition with placement index `index` (step 4).
+fn place(brokers: &[(BrokerId, Option<String>)], index: usize, replication_factor: usize) -> Vec<BrokerId> {
+    let count = brokers.len();
+    let first = index % count;
+    let mut replicas = vec![brokers[first].0];
+    let mut racks = BTreeSet::from([brokers[first].1.clone()]);
+    let rack_count = brokers.iter().map(|(_, rack)| rack).collect::<BTreeSet<_>>().len();
+    // Spread followers too: shift where they start every `count` partitions.
+    let shift = index / count;
+    let candidates: Vec<usize> =
+        (1..count).map(|step| (first + 1 + (shift + step - 1) % (count - 1).max(1)) % count).collect();
+    while replicas.len() < replication_factor {
+        let fresh_rack = racks.len() < rack_count;
+        let chosen = candidates
+            .iter()
+            .map(|position| &brokers[*position])
+            .find(|(broker_id, rack)| !replicas.contains(broker_id) && (!fresh_rack || !racks.contains(rack)))
+            .or_else(|| brokers.iter().find(|(broker_id, _)| !replicas.contains(broker_id)))
+            .expect("replication_factor <= broker count, checked by the caller");
+        replicas.push(chosen.0);
+        racks.insert(chosen.1.clone());
+    }
+    replicas
+}
+
+/// The first broker of `replicas` that is in `isr`, active, and not `except`.
+fn first_active(image: &ClusterImage, replicas: &[BrokerId], isr: &[BrokerId], except: Option<BrokerId>) -> BrokerId {
+    replicas
+        .iter()
+        .copied()
+        .find(|broker| Some(*broker) != except && isr.contains(broker) && image.is_active(*broker))
+        .unwrap_or(NO_LEADER)
+}
+
+/// The next state with `leader` and `isr`, epochs bumped; `None` if nothing changes.
+fn changed(state: &PartitionState, leader: BrokerId, isr: Vec<BrokerId>) -> Option<PartitionState> {
+    if leader == state.leader && isr == state.isr {
+        return None;
+    }
+    Some(PartitionState {
+        replicas: state.replicas.clone(),
+        isr,
+        leader,
+        leader_epoch: state.leader_epoch + i32::from(leader != state.leader),
+        partition_epoch: state.partition_epoch + 1,
+    })
+}
+
+fn partition_change(topic: &str, partition: u32, state: PartitionState) -> MetadataRecord {
+    MetadataRecord::PartitionChange { topic: topic.to_owned(), partition, state }
+}

@@ -1,0 +1,256 @@
+//! [`ClusterImage`]: the cluster metadata as of some offset of the metadata log —
+//! brokers, topics with their partitions' leadership, producer-id blocks, plugins.
+//!
+//! State changes only by [`ClusterImage::apply`]`(offset, record)`, in log order, so
+//! every broker that applied the same prefix of the log holds the same image, and
+//! a broker that restarts rebuilds it by replaying its snapshot and the log after
+//! it. `apply` checks a record against the image before changing anything: a
+//! record that does not fit (unknown topic, a fenced broker made leader, epochs
+//! that go backwards) changes nothing and returns [`ApplyError`]. The controller
+//! only appends records that fit (see `controller.rs`), so such an error means a
+//! damaged or foreign log.
+//!
+//! Invariants, checked by [`ClusterImage::check_invariants`] (tests and the
+//! simulator call it after every record):
+//! 1. every partition's replicas are distinct registered brokers, its ISR a
+//!    non-empty subset of them, and its leader a member of the ISR or none;
+//! 2. a fenced broker leads nothing;
+//! 3. leader and partition epochs never go backwards (checked in `apply`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::record::{BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER};
+
+/// One registered broker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerState {
+    pub registration: BrokerRegistration,
+    /// Offset of its latest `RegisterBroker`.
+    pub epoch: u64,
+    pub fenced: bool,
+}
+
+/// One topic.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicImage {
+    /// Offset of its `CreateTopic`: a topic deleted and created again under the
+    /// same name has a new id.
+    pub topic_id: u64,
+    pub partitions: Vec<PartitionState>,
+    /// Config overrides (Kafka keys).
+    pub configs: BTreeMap<String, String>,
+}
+
+/// See the module docs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterImage {
+    /// Offset of the last record applied; `None` before the first.
+    pub applied_offset: Option<u64>,
+    pub brokers: BTreeMap<BrokerId, BrokerState>,
+    pub topics: BTreeMap<String, TopicImage>,
+    /// The first producer id not handed out yet.
+    pub next_producer_id: i64,
+    pub plugins: BTreeMap<String, PluginEntry>,
+}
+
+/// Why a record does not fit the image.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    #[error("record at offset {offset} does not follow the last applied offset {applied}")]
+    OutOfOrder { offset: u64, applied: u64 },
+    #[error("{kind} at offset {offset}: {reason}")]
+    Invalid { offset: u64, kind: &'static str, reason: String },
+}
+
+impl ClusterImage {
+    /// Applies the record at `offset` (greater than every offset applied before).
+    /// On error nothing changed.
+    pub fn apply(&mut self, offset: u64, record: &MetadataRecord) -> Result<(), ApplyError> {
+        if let Some(applied) = self.applied_offset {
+            if offset <= applied {
+                return Err(ApplyError::OutOfOrder { offset, applied });
+            }
+        }
+        let invalid = |reason: String| ApplyError::Invalid { offset, kind: record.kind(), reason };
+        self.apply_record(offset, record).map_err(invalid)?;
+        self.applied_offset = Some(offset);
+        Ok(())
+    }
+
+    fn apply_record(&mut self, offset: u64, record: &MetadataRecord) -> Result<(), String> {
+        match record {
+            MetadataRecord::RegisterBroker(registration) => {
+                if registration.broker_id < 0 {
+                    return Err(format!("broker id {} is negative", registration.broker_id));
+                }
+                if self.leads_anything(registration.broker_id) {
+                    return Err(format!("broker {} registers again while it leads partitions", registration.broker_id));
+                }
+                let state = BrokerState { registration: registration.clone(), epoch: offset, fenced: true };
+                self.brokers.insert(registration.broker_id, state);
+            }
+            MetadataRecord::FenceBroker { broker_id, broker_epoch } => {
+                self.current_broker(*broker_id, *broker_epoch)?;
+                if self.leads_anything(*broker_id) {
+                    return Err(format!("broker {broker_id} still leads partitions"));
+                }
+                self.broker_mut(*broker_id)?.fenced = true;
+            }
+            MetadataRecord::UnfenceBroker { broker_id, broker_epoch } => {
+                self.current_broker(*broker_id, *broker_epoch)?;
+                self.broker_mut(*broker_id)?.fenced = false;
+            }
+            MetadataRecord::CreateTopic { name, partitions, configs } => {
+                if self.topics.contains_key(name) {
+                    return Err(format!("topic {name:?} exists"));
+                }
+                if partitions.is_empty() {
+                    return Err(format!("topic {name:?} has no partitions"));
+                }
+                for (index, state) in partitions.iter().enumerate() {
+                    self.check_partition_state(state).map_err(|reason| format!("partition {index}: {reason}"))?;
+                }
+                let topic = TopicImage { topic_id: offset, partitions: partitions.clone(), configs: configs.clone() };
+                self.topics.insert(name.clone(), topic);
+            }
+            MetadataRecord::DeleteTopic { name } => {
+                self.topics.remove(name).ok_or_else(|| format!("no topic {name:?}"))?;
+            }
+            MetadataRecord::PartitionChange { topic, partition, state } => {
+                let current = self.partition(topic, *partition)?.clone();
+                self.check_partition_state(state)?;
+                check_epochs(&current, state)?;
+                *self.partition_mut(topic, *partition)? = state.clone();
+            }
+            MetadataRecord::ConfigChange { topic, key, value } => {
+                let configs = &mut self.topics.get_mut(topic).ok_or_else(|| format!("no topic {topic:?}"))?.configs;
+                match value {
+                    Some(value) => configs.insert(key.clone(), value.clone()),
+                    None => configs.remove(key),
+                };
+            }
+            MetadataRecord::ProducerIdBlock { broker_id, first, count } => {
+                self.broker(*broker_id)?;
+                if *first != self.next_producer_id || *count <= 0 {
+                    let next = self.next_producer_id;
+                    return Err(format!("block [{first}, +{count}) does not start at the next id {next}"));
+                }
+                self.next_producer_id = first.checked_add(*count).ok_or("producer ids overflow")?;
+            }
+            MetadataRecord::RegisterPlugin(entry) => {
+                self.plugins.insert(entry.name.clone(), entry.clone());
+            }
+            MetadataRecord::RemovePlugin { name } => {
+                self.plugins.remove(name).ok_or_else(|| format!("no plugin {name:?}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The registered broker `broker_id`.
+    pub fn broker(&self, broker_id: BrokerId) -> Result<&BrokerState, String> {
+        self.brokers.get(&broker_id).ok_or_else(|| format!("broker {broker_id} is not registered"))
+    }
+
+    fn broker_mut(&mut self, broker_id: BrokerId) -> Result<&mut BrokerState, String> {
+        self.brokers.get_mut(&broker_id).ok_or_else(|| format!("broker {broker_id} is not registered"))
+    }
+
+    /// The broker, if `broker_epoch` is its current epoch.
+    fn current_broker(&self, broker_id: BrokerId, broker_epoch: u64) -> Result<&BrokerState, String> {
+        let broker = self.broker(broker_id)?;
+        if broker.epoch != broker_epoch {
+            return Err(format!("broker {broker_id} epoch {broker_epoch} is stale (current {})", broker.epoch));
+        }
+        Ok(broker)
+    }
+
+    /// Whether `broker_id` may lead: registered and not fenced.
+    pub fn is_active(&self, broker_id: BrokerId) -> bool {
+        self.brokers.get(&broker_id).is_some_and(|broker| !broker.fenced)
+    }
+
+    /// The state of `topic`'s `partition`.
+    pub fn partition(&self, topic: &str, partition: u32) -> Result<&PartitionState, String> {
+        let image = self.topics.get(topic).ok_or_else(|| format!("no topic {topic:?}"))?;
+        image.partitions.get(partition as usize).ok_or_else(|| format!("no partition {topic}-{partition}"))
+    }
+
+    fn partition_mut(&mut self, topic: &str, partition: u32) -> Result<&mut PartitionState, String> {
+        let image = self.topics.get_mut(topic).ok_or_else(|| format!("no topic {topic:?}"))?;
+        image.partitions.get_mut(partition as usize).ok_or_else(|| format!("no partition {topic}-{partition}"))
+    }
+
+    /// Every partition, as (topic, partition, state).
+    pub fn partitions(&self) -> impl Iterator<Item = (&str, u32, &PartitionState)> {
+        self.topics.iter().flat_map(|(name, topic)| {
+            topic.partitions.iter().enumerate().map(move |(index, state)| (name.as_str(), index as u32, state))
+        })
+    }
+
+    /// Whether `broker_id` leads any partition.
+    pub fn leads_anything(&self, broker_id: BrokerId) -> bool {
+        self.partitions().any(|(_, _, state)| state.leader == broker_id)
+    }
+
+    /// Invariant 1 for one partition state, plus: a new leader must be active.
+    fn check_partition_state(&self, state: &PartitionState) -> Result<(), String> {
+        check_replica_sets(state)?;
+        if let Some(unknown) = state.replicas.iter().find(|broker| !self.brokers.contains_key(broker)) {
+            return Err(format!("replica {unknown} is not a registered broker"));
+        }
+        if state.leader != NO_LEADER && !self.is_active(state.leader) {
+            return Err(format!("leader {} is fenced", state.leader));
+        }
+        Ok(())
+    }
+
+    /// Checks the invariants in the module docs; returns the first broken one.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (topic, partition, state) in self.partitions() {
+            let context = |reason: String| format!("{topic}-{partition}: {reason}");
+            check_replica_sets(state).map_err(context)?;
+            if state.replicas.iter().any(|broker| !self.brokers.contains_key(broker)) {
+                return Err(context(format!("replicas {:?} include an unregistered broker", state.replicas)));
+            }
+            if state.leader != NO_LEADER && !self.is_active(state.leader) {
+                return Err(context(format!("fenced broker {} leads", state.leader)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Replicas distinct and non-empty, ISR a non-empty subset, leader in the ISR.
+fn check_replica_sets(state: &PartitionState) -> Result<(), String> {
+    let replicas: BTreeSet<BrokerId> = state.replicas.iter().copied().collect();
+    if replicas.is_empty() || replicas.len() != state.replicas.len() {
+        return Err(format!("replicas {:?} must be distinct and non-empty", state.replicas));
+    }
+    let isr: BTreeSet<BrokerId> = state.isr.iter().copied().collect();
+    if isr.is_empty() || isr.len() != state.isr.len() || !isr.is_subset(&replicas) {
+        return Err(format!("ISR {:?} must be a distinct, non-empty subset of {:?}", state.isr, state.replicas));
+    }
+    if state.leader != NO_LEADER && !isr.contains(&state.leader) {
+        return Err(format!("leader {} is not in the ISR {:?}", state.leader, state.isr));
+    }
+    Ok(())
+}
+
+/// Invariant 3: the partition epoch moves by one per change; the leader epoch
+/// moves by one when the leader changes and stays otherwise.
+fn check_epochs(current: &PartitionState, next: &PartitionState) -> Result<(), String> {
+    if next.partition_epoch != current.partition_epoch + 1 {
+        return Err(format!("partition epoch {} does not follow {}", next.partition_epoch, current.partition_epoch));
+    }
+    let expected_leader_epoch = current.leader_epoch + i32::from(next.leader != current.leader);
+    if next.leader_epoch != expected_leader_epoch {
+        return Err(format!(
+            "leader epoch {} should be {expected_leader_epoch} (leader {} -> {})",
+            next.leader_epoch, current.leader, next.leader
+        ));
+    }
+    Ok(())
+}

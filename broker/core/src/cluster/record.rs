@@ -1,0 +1,136 @@
+//! [`MetadataRecord`]: one entry of the cluster metadata log, KRaft-shaped.
+//!
+//! The controller appends records; every broker applies them, in log order, to
+//! its [`super::ClusterImage`]. A record says what changed, never how to compute
+//! it: applying is deterministic and needs nothing but the image and the record's
+//! offset. Two numbers come from offsets instead of fields, so they are unique
+//! without coordination: a broker's *epoch* is the offset of its latest
+//! `RegisterBroker`, a topic's *id* the offset of its `CreateTopic`.
+//!
+//! Records are serde types: the metadata log stores them as JSON (one record per
+//! log entry), and snapshots store the image. Field names are the format: never
+//! rename one; add fields with `#[serde(default)]`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A broker's node id (`--node-id`), as clients see it in metadata.
+pub type BrokerId = i32;
+
+/// No leader (`leader = -1` on the wire).
+pub const NO_LEADER: BrokerId = -1;
+
+/// Where and how a broker serves.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRegistration {
+    pub broker_id: BrokerId,
+    /// Unique per process start: a registration with the same incarnation is a
+    /// retry, a new one is a restart.
+    pub incarnation: String,
+    /// The address clients and other brokers connect to.
+    pub host: String,
+    pub port: u16,
+    /// `broker.rack`: replicas of a partition go to different racks first.
+    #[serde(default)]
+    pub rack: Option<String>,
+}
+
+/// One partition's replica set and leadership.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    /// Replicas in preference order; the first is the preferred leader.
+    pub replicas: Vec<BrokerId>,
+    /// In-sync replicas: the leader and the followers that are caught up.
+    pub isr: Vec<BrokerId>,
+    /// The leader, or [`NO_LEADER`].
+    pub leader: BrokerId,
+    /// Bumped whenever the leader changes; stamped into every batch the leader
+    /// appends, and how followers and clients tell a stale leader from the current one.
+    pub leader_epoch: i32,
+    /// Bumped by every change of this partition (leader, ISR or replicas).
+    pub partition_epoch: i32,
+}
+
+/// A plugin stored in the registry (its bytes are stored by digest).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginEntry {
+    pub name: String,
+    /// `partitioner`, `produce-interceptor`, `consume-interceptor` or `transform`.
+    pub hook: String,
+    /// sha256 of the component, hex.
+    pub digest: String,
+    pub size_bytes: u64,
+    pub uploaded_ms: i64,
+}
+
+/// One entry of the metadata log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum MetadataRecord {
+    /// A broker starts (or restarts, with a new incarnation). Its epoch is this
+    /// record's offset; it starts fenced (serving nothing) until unfenced.
+    RegisterBroker(BrokerRegistration),
+    /// The broker stopped heartbeating (or is shutting down): it leads nothing
+    /// from here on, and the records before this one moved its leaderships away.
+    FenceBroker {
+        broker_id: BrokerId,
+        broker_epoch: u64,
+    },
+    /// The broker caught up with the metadata log and heartbeats: it may lead.
+    UnfenceBroker {
+        broker_id: BrokerId,
+        broker_epoch: u64,
+    },
+    /// A topic and the initial state of each partition (index = partition).
+    CreateTopic {
+        name: String,
+        partitions: Vec<PartitionState>,
+        configs: BTreeMap<String, String>,
+    },
+    DeleteTopic {
+        name: String,
+    },
+    /// A partition's new replica set and leadership (the whole new state).
+    PartitionChange {
+        topic: String,
+        partition: u32,
+        state: PartitionState,
+    },
+    /// Sets (`Some`) or removes (`None`) a topic config override.
+    ConfigChange {
+        topic: String,
+        key: String,
+        value: Option<String>,
+    },
+    /// Producer ids `[first, first + count)` go to `broker_id`; blocks are handed
+    /// out in order, so `first` is where the previous block ended.
+    ProducerIdBlock {
+        broker_id: BrokerId,
+        first: i64,
+        count: i64,
+    },
+    /// A plugin is stored (replacing one of the same name).
+    RegisterPlugin(PluginEntry),
+    RemovePlugin {
+        name: String,
+    },
+}
+
+impl MetadataRecord {
+    /// What kind of record this is, for logs and errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            MetadataRecord::RegisterBroker(_) => "RegisterBroker",
+            MetadataRecord::FenceBroker { .. } => "FenceBroker",
+            MetadataRecord::UnfenceBroker { .. } => "UnfenceBroker",
+            MetadataRecord::CreateTopic { .. } => "CreateTopic",
+            MetadataRecord::DeleteTopic { .. } => "DeleteTopic",
+            MetadataRecord::PartitionChange { .. } => "PartitionChange",
+            MetadataRecord::ConfigChange { .. } => "ConfigChange",
+            MetadataRecord::ProducerIdBlock { .. } => "ProducerIdBlock",
+            MetadataRecord::RegisterPlugin(_) => "RegisterPlugin",
+            MetadataRecord::RemovePlugin { .. } => "RemovePlugin",
+        }
+    }
+}
