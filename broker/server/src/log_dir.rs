@@ -207,6 +207,12 @@ impl LogDir {
         &self.shared.config.data_dir
     }
 
+    /// Whether the data directory holds an entry `name` (open, offline or not a
+    /// partition of anything).
+    pub fn holds(&self, name: &str) -> bool {
+        self.shared.config.environment.storage.exists(&self.shared.config.data_dir.join(name))
+    }
+
     /// Creates (or opens) the log of `topic`'s `partition`. The partition map stays
     /// locked while it opens, so one directory is never opened twice.
     pub fn create_partition(&self, topic: &str, partition: u32) -> Result<Partition, CreatePartitionError> {

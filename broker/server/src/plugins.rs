@@ -336,7 +336,7 @@ impl Plugins {
         }
         let digest = compiled.digest().to_owned();
         let wasm_path = self.dir.join(format!("{digest}.wasm"));
-        if !wasm_path.exists() {
+        if !self.environment.storage.exists(&wasm_path) {
             write_atomically(&self.environment, &wasm_path, wasm)
                 .map_err(|error| storage("store the plugin", error))?;
         }

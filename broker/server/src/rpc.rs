@@ -763,7 +763,7 @@ impl admin::Server for AdminService {
         drop(params);
         let node = self.node.clone();
         // Compiling takes tens to hundreds of milliseconds: not on this thread.
-        match off_thread(move || node.upload_plugin(&name, &hook, &wasm)).await {
+        match off_thread(move || node.plugins().upload(&name, &hook, &wasm)).await {
             Ok(plugin) => set_plugin_summary(results.get().init_plugin(), &plugin),
             Err(api_error) => set_error(results.get().init_error(), &api_error),
         }
@@ -776,7 +776,7 @@ impl admin::Server for AdminService {
         mut results: admin::ListPluginsResults,
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
-        let plugins = self.node.list_plugins();
+        let plugins = self.node.plugins().list();
         let mut list = results.get().init_plugins(plugins.len() as u32);
         for (index, plugin) in plugins.iter().enumerate() {
             set_plugin_summary(list.reborrow().get(index as u32), plugin);
@@ -805,7 +805,7 @@ impl admin::Server for AdminService {
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
         let name = text(params.get()?.get_name()?)?;
-        match self.node.plugin_logs(&name) {
+        match self.node.plugins().logs(&name) {
             Ok(entries) => {
                 let mut list = results.get().init_entries(entries.len() as u32);
                 for (index, entry) in entries.iter().enumerate() {
@@ -854,7 +854,7 @@ impl admin::Server for AdminService {
             (text(reader.get_topic()?)?, text(reader.get_hook()?)?, text(reader.get_plugin()?)?)
         };
         let node = self.node.clone();
-        if let Err(api_error) = off_thread(move || node.detach_plugin(&topic, &hook, &plugin)).await {
+        if let Err(api_error) = off_thread(move || node.plugins().detach(&topic, &hook, &plugin)).await {
             set_error(results.get().init_error(), &api_error);
         }
         Ok(())
@@ -941,7 +941,7 @@ impl admin::Server for AdminService {
         let _permit = self.gate.enter()?;
         let digest = text(params.get()?.get_digest()?)?;
         let node = self.node.clone();
-        match off_thread(move || node.plugin_wasm(&digest)).await {
+        match off_thread(move || node.plugins().wasm(&digest)).await {
             Ok(wasm) => {
                 self.gate.connection.answered(wasm.len());
                 results.get().set_wasm(&wasm)
@@ -958,7 +958,7 @@ impl admin::Server for AdminService {
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
         let topic = text(params.get()?.get_topic()?)?;
-        let attachments = self.node.list_attachments((!topic.is_empty()).then_some(topic.as_str()));
+        let attachments = self.node.plugins().attachments((!topic.is_empty()).then_some(topic.as_str()));
         let mut list = results.get().init_attachments(attachments.len() as u32);
         for (index, attachment) in attachments.iter().enumerate() {
             let mut builder = list.reborrow().get(index as u32);

@@ -24,12 +24,13 @@ use std::time::Duration;
 
 use abi::batch::{BatchBuilder, BatchView};
 use abi::ErrorCode;
+use plugin_host::Plugin;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::environment::Environment;
 use crate::error::ApiError;
-use crate::node::{Acks, Node, PartitionFetch, ProduceRequest};
+use crate::node::{Acks, Fetched, OffsetQuery, PartitionFetch, ProduceRequest, Produced};
 use crate::partition::lock;
 use crate::plugins::{pack_view, read_whole, write_atomically};
 
@@ -132,6 +133,35 @@ fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::new(ErrorCode::InvalidRequest, message)
 }
 
+/// What transforms need from the broker they run in: start plugin instances,
+/// producer ids, offsets, reads and writes. `Node` implements it; nothing else of
+/// the broker is reachable from a transform task.
+pub trait TransformHost: Send + Sync + 'static {
+    /// A fresh instance of transform plugin `plugin`, `init`ed with `config`.
+    fn start_transform_plugin(&self, plugin: &str, config: Vec<(String, String)>) -> Result<Plugin, ApiError>;
+    fn init_producer_id(&self) -> Result<(i64, i16), ApiError>;
+    /// (offset, timestamp ms) as `listOffsets` answers.
+    fn list_offset(&self, topic: &str, partition: i32, query: OffsetQuery) -> Result<(i64, i64), ApiError>;
+    fn partition_count(&self, topic: &str) -> Result<u32, ApiError>;
+    /// The partition `topic`'s partitioner plugin picks for `record`, if it has one.
+    fn plugin_partition(
+        &self,
+        topic: &str,
+        partition_count: u32,
+        record: &plugin_host::PackedRecord<'_>,
+    ) -> Result<Option<u32>, ApiError>;
+    /// Committed batches of `partitions` (see `Node::fetch_many`).
+    fn fetch_many(
+        &self,
+        partitions: &[PartitionFetch],
+        min_bytes: u32,
+        max_wait_ms: u32,
+        max_bytes: u32,
+        buffers: &mut Vec<Vec<u8>>,
+    ) -> impl std::future::Future<Output = Vec<Result<Fetched, ApiError>>> + Send;
+    fn produce(&self, request: ProduceRequest) -> impl std::future::Future<Output = Result<Produced, ApiError>> + Send;
+}
+
 impl Transforms {
     /// Loads the deployment records (tasks start with [`Transforms::start_all`]).
     pub fn open(dir: &Path, environment: Environment) -> Result<Transforms, ApiError> {
@@ -185,7 +215,7 @@ impl Transforms {
     }
 
     /// Starts every deployment's tasks on `runtime` (the broker's, at serve).
-    pub fn start_all(&self, node: &Arc<Node>, runtime: tokio::runtime::Handle) {
+    pub fn start_all<H: TransformHost>(&self, node: &Arc<H>, runtime: tokio::runtime::Handle) {
         *lock(&self.runtime) = Some(runtime);
         let mut deployments = lock(&self.deployments);
         for deployment in deployments.values_mut() {
@@ -202,7 +232,7 @@ impl Transforms {
         }
     }
 
-    fn spawn(&self, node: &Arc<Node>, deployment: &mut Deployment) -> Result<(), ApiError> {
+    fn spawn<H: TransformHost>(&self, node: &Arc<H>, deployment: &mut Deployment) -> Result<(), ApiError> {
         let Some(runtime) = lock(&self.runtime).clone() else { return Ok(()) };
         let record = &deployment.record;
         for (&partition, &producer_id) in &record.producer_ids {
@@ -229,7 +259,12 @@ impl Transforms {
     }
 
     /// Deploys a transform (the caller checked topics and plugin).
-    pub fn deploy(&self, node: &Arc<Node>, spec: TransformSpec, input_partitions: i32) -> Result<(), ApiError> {
+    pub fn deploy<H: TransformHost>(
+        &self,
+        node: &Arc<H>,
+        spec: TransformSpec,
+        input_partitions: i32,
+    ) -> Result<(), ApiError> {
         let name_ok = !spec.name.is_empty()
             && spec.name.len() <= 128
             && spec.name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
@@ -281,7 +316,7 @@ impl Transforms {
         self.save(&deployments)
     }
 
-    pub fn list(&self, node: &Node) -> Vec<TransformStatus> {
+    pub fn list(&self, node: &impl TransformHost) -> Vec<TransformStatus> {
         let deployments = lock(&self.deployments);
         deployments
             .values()
@@ -293,7 +328,7 @@ impl Transforms {
                     .map(|&partition| {
                         let progress = deployment.progress.get(&partition);
                         let next = progress.map_or(-1, |progress| progress.next_offset.load(Ordering::Relaxed));
-                        let end = node.list_offset(&record.input_topic, partition, crate::node::OffsetQuery::Latest);
+                        let end = node.list_offset(&record.input_topic, partition, OffsetQuery::Latest);
                         let lag = match (end, next) {
                             (Ok((end, _)), next) if next >= 0 => (end - next).max(0),
                             _ => -1,
@@ -353,8 +388,8 @@ impl Transforms {
 }
 
 /// The task of one input partition; see the module docs.
-struct PartitionTask {
-    node: Arc<Node>,
+struct PartitionTask<H> {
+    node: Arc<H>,
     record: DeploymentRecord,
     partition: i32,
     producer_id: i64,
@@ -366,11 +401,11 @@ struct PartitionTask {
     environment: Environment,
 }
 
-impl PartitionTask {
+impl<H: TransformHost> PartitionTask<H> {
     fn resolve(&self, offset: i64) -> Result<i64, ApiError> {
         let query = match offset {
-            EARLIEST => crate::node::OffsetQuery::Earliest,
-            LATEST => crate::node::OffsetQuery::Latest,
+            EARLIEST => OffsetQuery::Earliest,
+            LATEST => OffsetQuery::Latest,
             offset => return Ok(offset),
         };
         Ok(self.node.list_offset(&self.record.input_topic, self.partition, query)?.0)
