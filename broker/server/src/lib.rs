@@ -58,6 +58,7 @@
 //! ```
 
 pub mod config;
+pub mod controller;
 pub mod data_dir_lock;
 pub mod environment;
 pub mod error;

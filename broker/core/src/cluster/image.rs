@@ -79,6 +79,23 @@ impl ClusterImage {
         Ok(())
     }
 
+    /// Applies `records` as one unit, at the offsets that follow the last applied
+    /// one: all of them, or (on error) none. Returns the offset of the first.
+    pub fn apply_all(&mut self, records: &[MetadataRecord]) -> Result<u64, ApplyError> {
+        let first = self.applied_offset.map_or(0, |offset| offset + 1);
+        // One record is applied all-or-nothing by `apply` itself.
+        let backup = (records.len() > 1).then(|| self.clone());
+        for (index, record) in records.iter().enumerate() {
+            if let Err(error) = self.apply(first + index as u64, record) {
+                if let Some(backup) = backup {
+                    *self = backup;
+                }
+                return Err(error);
+            }
+        }
+        Ok(first)
+    }
+
     fn apply_record(&mut self, offset: u64, record: &MetadataRecord) -> Result<(), String> {
         match record {
             MetadataRecord::RegisterBroker(registration) => {

@@ -1,0 +1,247 @@
+//! [`Controller`]: the cluster metadata quorum (DESIGN §3) — openraft behind a
+//! small API of our own, so an openraft upgrade stays inside this module.
+//!
+//! - [`log_store`]: the Raft log and vote on the `Storage` seam;
+//! - [`network`]: voters' calls over a transport (the broker port, or in-process);
+//! - [`state_machine`]: the committed log applied to the IO-free
+//!   `broker_core::cluster::ClusterImage`, with snapshots;
+//! - this file: the type config, and [`Controller`] — open (initialising a new
+//!   quorum once, never on restart), [`Controller::submit`] a controller handler,
+//!   read the applied image.
+//!
+//! Writes: [`Controller::submit`] runs a handler (`ClusterImage::create_topic`, …)
+//! against the applied image and proposes the records it returns, one submission
+//! at a time, so a handler always sees every earlier submission applied. Only the
+//! active controller (the Raft leader) accepts submissions; the others answer
+//! [`SubmitError::NotController`] with the leader they know.
+//!
+//! The single-node default is a quorum of one voter on the same path.
+
+pub mod log_store;
+pub mod network;
+pub mod state_machine;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker_core::cluster::{ClusterImage, MetadataRecord};
+use broker_core::storage::Storage;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Config, Raft};
+use serde::{Deserialize, Serialize};
+
+pub use log_store::LogStore;
+pub use state_machine::{AppliedImage, StateMachine};
+
+/// A node id: the broker id (`--node-id`), which is never negative.
+pub type NodeId = u64;
+
+/// One Raft entry's payload: records applied together.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetadataCommand {
+    pub records: Vec<MetadataRecord>,
+}
+
+/// What applying one entry did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetadataApplied {
+    /// Metadata offset of the command's first record (none for an empty command
+    /// or a Raft-internal entry).
+    pub first_offset: Option<u64>,
+    /// Why the command was not applied.
+    pub error: Option<String>,
+}
+
+openraft::declare_raft_types!(
+    /// The controller's openraft types.
+    pub TypeConfig:
+        D = MetadataCommand,
+        R = MetadataApplied,
+        NodeId = NodeId,
+        Node = BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// A Raft log entry of the controller.
+pub type Entry = openraft::Entry<TypeConfig>;
+
+/// Directory of the controller's files inside the data directory.
+pub const CONTROLLER_DIR: &str = "__cluster_metadata";
+/// Entries between snapshots (after which the log is purged).
+const SNAPSHOT_AFTER_ENTRIES: u64 = 1_000;
+
+/// Raft timing of the quorum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaftTiming {
+    /// How often the active controller heartbeats the other voters.
+    pub heartbeat_ms: u64,
+    /// A voter that hears no heartbeat for a random time in this range stands
+    /// for election.
+    pub election_timeout_ms: (u64, u64),
+}
+
+impl Default for RaftTiming {
+    fn default() -> RaftTiming {
+        RaftTiming { heartbeat_ms: 250, election_timeout_ms: (1_000, 2_000) }
+    }
+}
+
+/// Why the controller could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerStartError {
+    #[error("controller storage in {path}: {source}")]
+    Storage {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("controller: {0}")]
+    Raft(String),
+}
+
+/// Why a submission was not carried out.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError<E> {
+    /// The handler refused the request.
+    #[error(transparent)]
+    Refused(E),
+    /// This node is not the active controller.
+    #[error("this broker is not the active controller (the active one is {leader:?})")]
+    NotController { leader: Option<NodeId> },
+    /// The quorum could not commit or apply it.
+    #[error("the controller could not commit the change: {0}")]
+    Failed(String),
+}
+
+/// See the module docs.
+#[derive(Clone)]
+pub struct Controller {
+    node_id: NodeId,
+    raft: Raft<TypeConfig>,
+    applied: AppliedImage,
+    /// One submission at a time (see the module docs).
+    submitting: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Controller").field("node_id", &self.node_id).finish_non_exhaustive()
+    }
+}
+
+impl Controller {
+    /// Opens the controller's files in `data_dir` and starts its Raft node. A node
+    /// that has never been part of a quorum initialises one of `voters` (id →
+    /// address); a restarted node carries on from its log.
+    pub async fn open<N>(
+        storage: Arc<dyn Storage>,
+        data_dir: &Path,
+        node_id: NodeId,
+        voters: BTreeMap<NodeId, String>,
+        timing: RaftTiming,
+        network: N,
+    ) -> Result<Controller, ControllerStartError>
+    where
+        N: openraft::RaftNetworkFactory<TypeConfig>,
+    {
+        let dir = data_dir.join(CONTROLLER_DIR);
+        let storage_error = |source| ControllerStartError::Storage { path: dir.display().to_string(), source };
+        let log_store = LogStore::open(storage.clone(), &dir).map_err(storage_error)?;
+        let state_machine = StateMachine::open(storage, &dir).map_err(storage_error)?;
+        let applied = state_machine.applied_image();
+        let config = Config {
+            cluster_name: "weir".to_owned(),
+            heartbeat_interval: timing.heartbeat_ms,
+            election_timeout_min: timing.election_timeout_ms.0,
+            election_timeout_max: timing.election_timeout_ms.1,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(SNAPSHOT_AFTER_ENTRIES),
+            max_in_snapshot_log_to_keep: 100,
+            ..Config::default()
+        };
+        let config = Arc::new(config.validate().map_err(|error| ControllerStartError::Raft(error.to_string()))?);
+        let raft = Raft::new(node_id, config, network, log_store.clone(), state_machine)
+            .await
+            .map_err(|error| ControllerStartError::Raft(error.to_string()))?;
+        let controller = Controller { node_id, raft, applied, submitting: Arc::default() };
+        if log_store.is_new() {
+            let members: BTreeMap<NodeId, BasicNode> =
+                voters.into_iter().map(|(id, address)| (id, BasicNode::new(address))).collect();
+            match controller.raft.initialize(members).await {
+                Ok(()) => tracing::info!(node_id, "controller quorum initialised"),
+                Err(RaftError::APIError(error)) => {
+                    tracing::info!(node_id, %error, "controller quorum already initialised")
+                }
+                Err(error) => return Err(ControllerStartError::Raft(error.to_string())),
+            }
+        }
+        Ok(controller)
+    }
+
+    /// Waits until this node is the active controller or `timeout` passes.
+    pub async fn wait_active(&self, timeout: Duration) -> bool {
+        let node_id = self.node_id;
+        self.raft.wait(Some(timeout)).current_leader(node_id, "active controller").await.is_ok()
+    }
+
+    /// The active controller this node knows of.
+    pub fn active_controller(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    /// The voters of the quorum.
+    pub fn voters(&self) -> BTreeSet<NodeId> {
+        self.raft.metrics().borrow().membership_config.membership().voter_ids().collect()
+    }
+
+    /// The applied image and its progress.
+    pub fn applied(&self) -> &AppliedImage {
+        &self.applied
+    }
+
+    /// Reads the applied image.
+    pub fn read<T>(&self, reader: impl FnOnce(&ClusterImage) -> T) -> T {
+        reader(&self.applied.image.read().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+
+    /// Runs `handler` against the applied image and commits the records it
+    /// returns; answers the handler's value once they are applied here. See the
+    /// module docs.
+    pub async fn submit<T, E>(
+        &self,
+        handler: impl FnOnce(&ClusterImage) -> Result<(Vec<MetadataRecord>, T), E>,
+    ) -> Result<T, SubmitError<E>> {
+        let _one_at_a_time = self.submitting.lock().await;
+        // Everything committed before (by this or an earlier leader) is applied.
+        if let Err(error) = self.raft.ensure_linearizable().await {
+            return Err(match error.forward_to_leader() {
+                Some(forward) => SubmitError::NotController { leader: forward.leader_id },
+                None => SubmitError::Failed(error.to_string()),
+            });
+        }
+        let (records, value) = self.read(handler).map_err(SubmitError::Refused)?;
+        if records.is_empty() {
+            return Ok(value);
+        }
+        match self.raft.client_write(MetadataCommand { records }).await {
+            Ok(response) => match response.data.error {
+                None => Ok(value),
+                Some(error) => Err(SubmitError::Failed(error)),
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                Err(SubmitError::NotController { leader: forward.leader_id })
+            }
+            Err(error) => Err(SubmitError::Failed(error.to_string())),
+        }
+    }
+
+    /// Stops the Raft node.
+    pub async fn shutdown(&self) {
+        if let Err(error) = self.raft.shutdown().await {
+            tracing::warn!(%error, "controller did not shut down cleanly");
+        }
+    }
+}
