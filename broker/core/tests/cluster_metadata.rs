@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 
 use broker_core::cluster::{
-    ApplyError, BrokerRegistration, ClusterImage, ControllerError, MetadataRecord, PartitionState, NO_LEADER,
+    ApplyError, BrokerRegistration, ClusterImage, ControllerError, InitialIsr, MetadataRecord, PartitionState,
+    NO_LEADER,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -64,7 +65,7 @@ fn placement_spreads_replicas_balances_leaders_and_keeps_racks_apart() {
     for (broker_id, rack) in [(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c"), (6, "c")] {
         cluster.register(broker_id, "first", Some(rack));
     }
-    let records = cluster.image.create_topic("orders", 12, 3, BTreeMap::new()).unwrap();
+    let records = cluster.image.create_topic("orders", 12, 3, BTreeMap::new(), InitialIsr::AllReplicas).unwrap();
     cluster.commit(records);
     let mut leaders = BTreeMap::<i32, usize>::new();
     for partition in 0..12 {
@@ -78,17 +79,17 @@ fn placement_spreads_replicas_balances_leaders_and_keeps_racks_apart() {
     }
     assert_eq!(leaders.values().copied().collect::<Vec<_>>(), vec![2; 6], "leaders {leaders:?}");
     // The next topic starts where this one left off: leadership stays balanced.
-    let records = cluster.image.create_topic("payments", 3, 1, BTreeMap::new()).unwrap();
+    let records = cluster.image.create_topic("payments", 3, 1, BTreeMap::new(), InitialIsr::AllReplicas).unwrap();
     cluster.commit(records);
     let next_leaders: Vec<i32> = (0..3).map(|partition| cluster.state("payments", partition).leader).collect();
     let first_leaders: Vec<i32> = (0..3).map(|partition| cluster.state("orders", partition).leader).collect();
     assert_eq!(next_leaders, first_leaders, "12 partitions later the rotation is back at its start");
     assert_eq!(
-        cluster.image.create_topic("big", 1, 7, BTreeMap::new()),
+        cluster.image.create_topic("big", 1, 7, BTreeMap::new(), InitialIsr::AllReplicas),
         Err(ControllerError::InvalidReplicationFactor { requested: 7, available: 6 })
     );
     assert_eq!(
-        cluster.image.create_topic("orders", 1, 1, BTreeMap::new()),
+        cluster.image.create_topic("orders", 1, 1, BTreeMap::new(), InitialIsr::AllReplicas),
         Err(ControllerError::TopicExists("orders".to_owned()))
     );
 }
@@ -99,8 +100,8 @@ fn a_fenced_leader_hands_over_within_the_isr_and_a_lone_replica_waits_for_its_br
     for broker_id in 1..=3 {
         cluster.register(broker_id, "first", None);
     }
-    cluster.commit(cluster.image.create_topic("replicated", 3, 3, BTreeMap::new()).unwrap());
-    cluster.commit(cluster.image.create_topic("single", 3, 1, BTreeMap::new()).unwrap());
+    cluster.commit(cluster.image.create_topic("replicated", 3, 3, BTreeMap::new(), InitialIsr::AllReplicas).unwrap());
+    cluster.commit(cluster.image.create_topic("single", 3, 1, BTreeMap::new(), InitialIsr::AllReplicas).unwrap());
     let led_by_2 = (0..3).find(|partition| cluster.state("replicated", *partition).leader == 2).unwrap();
     let alone_on_2 = (0..3).find(|partition| cluster.state("single", *partition).leader == 2).unwrap();
     cluster.fence(2);
@@ -127,7 +128,7 @@ fn a_fenced_leader_hands_over_within_the_isr_and_a_lone_replica_waits_for_its_br
 fn a_restart_without_a_fence_first_moves_leadership_and_a_retry_changes_nothing() {
     let mut cluster = Cluster::default();
     cluster.register(1, "first", None);
-    cluster.commit(cluster.image.create_topic("t", 2, 1, BTreeMap::new()).unwrap());
+    cluster.commit(cluster.image.create_topic("t", 2, 1, BTreeMap::new(), InitialIsr::AllReplicas).unwrap());
     let registration = |incarnation: &str| BrokerRegistration {
         broker_id: 1,
         incarnation: incarnation.to_owned(),
@@ -155,7 +156,7 @@ fn records_that_do_not_fit_change_nothing() {
     let mut cluster = Cluster::default();
     cluster.register(1, "first", None);
     cluster.register(2, "first", None);
-    cluster.commit(cluster.image.create_topic("t", 1, 2, BTreeMap::new()).unwrap());
+    cluster.commit(cluster.image.create_topic("t", 1, 2, BTreeMap::new(), InitialIsr::AllReplicas).unwrap());
     let next_offset = cluster.log.len() as u64;
     let before = cluster.image.clone();
     let state = cluster.state("t", 0).clone();
@@ -223,7 +224,11 @@ fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
         3 | 4 => {
             let name = format!("t{}", rng.gen_range(0..6));
             let configs = BTreeMap::from([("retention.ms".to_owned(), "1000".to_owned())]);
-            cluster.image.create_topic(&name, rng.gen_range(1..8), rng.gen_range(1..4), configs).unwrap_or_default()
+            let isr = if rng.gen_bool(0.5) { InitialIsr::AllReplicas } else { InitialIsr::LeaderOnly };
+            cluster
+                .image
+                .create_topic(&name, rng.gen_range(1..8), rng.gen_range(1..4), configs, isr)
+                .unwrap_or_default()
         }
         5 if !topics.is_empty() => cluster.image.delete_topic(&topics[rng.gen_range(0..topics.len())]).unwrap(),
         6 if !topics.is_empty() => {

@@ -9,9 +9,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use broker::controller::network::{InProcess, Network};
+use broker::controller::network::InProcess;
 use broker::controller::{Controller, RaftTiming, SubmitError};
-use broker_core::cluster::{BrokerRegistration, ClusterImage, ControllerError};
+use broker_core::cluster::{
+    BrokerRegistration, ClusterImage, ControllerError, ControllerRequest, InitialIsr, IsrChoice,
+};
 use broker_core::storage::mem::{CrashMode, MemStorage};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -26,7 +28,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 async fn open(storage: &MemStorage, node_id: u64, voters: &[u64], network: &InProcess) -> Arc<Controller> {
     let voters: BTreeMap<u64, String> = voters.iter().map(|id| (*id, format!("node-{id}"))).collect();
-    let transport = Network::new(network.transport(node_id));
+    let transport = network.transport(node_id);
     let data_dir = Path::new("/data").join(format!("node-{node_id}"));
     let controller =
         Controller::open(Arc::new(storage.clone()), &data_dir, node_id, voters, timing(), transport).await.unwrap();
@@ -57,7 +59,7 @@ async fn register(controller: &Controller, broker_id: i32) -> Result<(), SubmitE
 }
 
 async fn create_topic(controller: &Controller, name: &str) -> Result<(), SubmitError<ControllerError>> {
-    controller.submit(|image| Ok((image.create_topic(name, 3, 1, BTreeMap::new())?, ()))).await
+    controller.submit(|image| Ok((image.create_topic(name, 3, 1, BTreeMap::new(), InitialIsr::AllReplicas)?, ()))).await
 }
 
 /// Retries `submit` while the controller does not know yet that it leads (just
@@ -194,6 +196,25 @@ fn three_voters_fail_over_and_converge() {
         }
         assert!(expected.topics.contains_key("before") && expected.topics.contains_key("after"));
         assert!(!expected.topics.contains_key("lost") && !expected.topics.contains_key("elsewhere"));
+
+        // A request made on a voter that does not lead is forwarded to the one that does.
+        let leader = wait_for_leader(&controllers, None).await;
+        let follower =
+            controllers.iter().find(|c| c.active_controller() == Some(leader) && c.node_id() != leader).unwrap();
+        let request = ControllerRequest::CreateTopic {
+            name: "forwarded".to_owned(),
+            partition_count: 2,
+            replication_factor: 2,
+            configs: BTreeMap::new(),
+            initial_isr: IsrChoice::LeaderOnly,
+        };
+        follower.request_until(&request, WAIT).await.unwrap();
+        let created = controllers[leader as usize - 1].read(|image| image.topics["forwarded"].clone());
+        assert!(created.partitions.iter().all(|state| state.isr == [state.leader] && state.replicas.len() == 2));
+        assert_eq!(
+            follower.request_until(&request, WAIT).await,
+            Err(SubmitError::Refused(ControllerError::TopicExists("forwarded".to_owned())))
+        );
         for controller in &controllers {
             controller.shutdown().await;
         }

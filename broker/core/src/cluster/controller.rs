@@ -27,7 +27,7 @@ use super::image::ClusterImage;
 use super::record::{BrokerId, BrokerRegistration, MetadataRecord, PartitionState, NO_LEADER};
 
 /// Why the controller refuses a request.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ControllerError {
     #[error("topic {0:?} already exists")]
     TopicExists(String),
@@ -45,7 +45,25 @@ pub enum ControllerError {
     UnknownPlugin(String),
 }
 
+/// Which replicas start in the ISR of a new partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitialIsr {
+    /// Every replica (followers replicate from the start, all empty alike).
+    AllReplicas,
+    /// The leader alone: while followers do not replicate, nobody else holds the
+    /// data, so nobody else may be elected.
+    LeaderOnly,
+}
+
 impl ClusterImage {
+    /// The record that gives a new cluster its id (none once it has one).
+    pub fn init_cluster(&self, cluster_id: &str) -> Vec<MetadataRecord> {
+        match self.cluster_id {
+            Some(_) => Vec::new(),
+            None => vec![MetadataRecord::InitCluster { cluster_id: cluster_id.to_owned() }],
+        }
+    }
+
     /// Step 1: the records that register `registration`.
     pub fn register_broker(&self, registration: &BrokerRegistration) -> Vec<MetadataRecord> {
         let mut records = Vec::new();
@@ -118,6 +136,7 @@ impl ClusterImage {
         partition_count: u32,
         replication_factor: u16,
         configs: BTreeMap<String, String>,
+        initial_isr: InitialIsr,
     ) -> Result<Vec<MetadataRecord>, ControllerError> {
         if self.topics.contains_key(name) {
             return Err(ControllerError::TopicExists(name.to_owned()));
@@ -136,7 +155,11 @@ impl ClusterImage {
             .map(|partition| {
                 let replicas = place(&brokers, start + partition, replication_factor);
                 let leader = replicas[0];
-                PartitionState { isr: replicas.clone(), replicas, leader, leader_epoch: 0, partition_epoch: 0 }
+                let isr = match initial_isr {
+                    InitialIsr::AllReplicas => replicas.clone(),
+                    InitialIsr::LeaderOnly => vec![leader],
+                };
+                PartitionState { isr, replicas, leader, leader_epoch: 0, partition_epoch: 0 }
             })
             .collect();
         Ok(vec![MetadataRecord::CreateTopic { name: name.to_owned(), partitions, configs }])

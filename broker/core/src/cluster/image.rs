@@ -48,6 +48,9 @@ pub struct TopicImage {
 pub struct ClusterImage {
     /// Offset of the last record applied; `None` before the first.
     pub applied_offset: Option<u64>,
+    /// Set once, by `InitCluster`.
+    #[serde(default)]
+    pub cluster_id: Option<String>,
     pub brokers: BTreeMap<BrokerId, BrokerState>,
     pub topics: BTreeMap<String, TopicImage>,
     /// The first producer id not handed out yet.
@@ -98,6 +101,12 @@ impl ClusterImage {
 
     fn apply_record(&mut self, offset: u64, record: &MetadataRecord) -> Result<(), String> {
         match record {
+            MetadataRecord::InitCluster { cluster_id } => {
+                if let Some(existing) = &self.cluster_id {
+                    return Err(format!("the cluster already has id {existing}"));
+                }
+                self.cluster_id = Some(cluster_id.clone());
+            }
             MetadataRecord::RegisterBroker(registration) => {
                 if registration.broker_id < 0 {
                     return Err(format!("broker id {} is negative", registration.broker_id));

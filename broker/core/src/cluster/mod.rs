@@ -8,7 +8,9 @@
 //!   `apply(offset, record)` — replayable, so every broker that applied the same log
 //!   prefix holds the same image;
 //! - [`controller`]: the controller's handlers — registration, fencing, placement,
-//!   leader election — each returning the records that carry a request out.
+//!   leader election — each returning the records that carry a request out;
+//! - [`request`]: [`ControllerRequest`], those requests as serialisable values
+//!   (forwarded from any broker to the active controller).
 //!
 //! Who owns it: the controller module of the server appends records through the
 //! Raft log and every broker applies the committed ones to its own image.
@@ -16,7 +18,9 @@
 pub mod controller;
 pub mod image;
 pub mod record;
+pub mod request;
 
-pub use controller::ControllerError;
+pub use controller::{ControllerError, InitialIsr};
 pub use image::{ApplyError, BrokerState, ClusterImage, TopicImage};
 pub use record::{BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER};
+pub use request::{ControllerRequest, ControllerResponse, IsrChoice};

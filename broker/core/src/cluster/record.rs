@@ -68,6 +68,11 @@ pub struct PluginEntry {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum MetadataRecord {
+    /// The first record of a cluster's log: its id, written once. Brokers stamp it
+    /// into what they store, so data of another cluster is never taken for ours.
+    InitCluster {
+        cluster_id: String,
+    },
     /// A broker starts (or restarts, with a new incarnation). Its epoch is this
     /// record's offset; it starts fenced (serving nothing) until unfenced.
     RegisterBroker(BrokerRegistration),
@@ -121,6 +126,7 @@ impl MetadataRecord {
     /// What kind of record this is, for logs and errors.
     pub fn kind(&self) -> &'static str {
         match self {
+            MetadataRecord::InitCluster { .. } => "InitCluster",
             MetadataRecord::RegisterBroker(_) => "RegisterBroker",
             MetadataRecord::FenceBroker { .. } => "FenceBroker",
             MetadataRecord::UnfenceBroker { .. } => "UnfenceBroker",

@@ -26,13 +26,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use broker_core::cluster::{ClusterImage, MetadataRecord};
+use broker_core::cluster::{ClusterImage, ControllerError, ControllerRequest, ControllerResponse, MetadataRecord};
 use broker_core::storage::Storage;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Config, Raft};
 use serde::{Deserialize, Serialize};
 
 pub use log_store::LogStore;
+use network::{Network, RaftCallKind, RaftTransport};
 pub use state_machine::{AppliedImage, StateMachine};
 
 /// A node id: the broker id (`--node-id`), which is never negative.
@@ -104,7 +105,7 @@ pub enum ControllerStartError {
 }
 
 /// Why a submission was not carried out.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum SubmitError<E> {
     /// The handler refused the request.
     #[error(transparent)]
@@ -122,6 +123,7 @@ pub enum SubmitError<E> {
 pub struct Controller {
     node_id: NodeId,
     raft: Raft<TypeConfig>,
+    transport: Arc<dyn RaftTransport>,
     applied: AppliedImage,
     /// One submission at a time (see the module docs).
     submitting: Arc<tokio::sync::Mutex<()>>,
@@ -137,17 +139,14 @@ impl Controller {
     /// Opens the controller's files in `data_dir` and starts its Raft node. A node
     /// that has never been part of a quorum initialises one of `voters` (id →
     /// address); a restarted node carries on from its log.
-    pub async fn open<N>(
+    pub async fn open(
         storage: Arc<dyn Storage>,
         data_dir: &Path,
         node_id: NodeId,
         voters: BTreeMap<NodeId, String>,
         timing: RaftTiming,
-        network: N,
-    ) -> Result<Controller, ControllerStartError>
-    where
-        N: openraft::RaftNetworkFactory<TypeConfig>,
-    {
+        transport: Arc<dyn RaftTransport>,
+    ) -> Result<Controller, ControllerStartError> {
         let dir = data_dir.join(CONTROLLER_DIR);
         let storage_error = |source| ControllerStartError::Storage { path: dir.display().to_string(), source };
         let log_store = LogStore::open(storage.clone(), &dir).map_err(storage_error)?;
@@ -163,10 +162,11 @@ impl Controller {
             ..Config::default()
         };
         let config = Arc::new(config.validate().map_err(|error| ControllerStartError::Raft(error.to_string()))?);
+        let network = Network::new(transport.clone());
         let raft = Raft::new(node_id, config, network, log_store.clone(), state_machine)
             .await
             .map_err(|error| ControllerStartError::Raft(error.to_string()))?;
-        let controller = Controller { node_id, raft, applied, submitting: Arc::default() };
+        let controller = Controller { node_id, raft, transport, applied, submitting: Arc::default() };
         if log_store.is_new() {
             let members: BTreeMap<NodeId, BasicNode> =
                 voters.into_iter().map(|(id, address)| (id, BasicNode::new(address))).collect();
@@ -185,6 +185,11 @@ impl Controller {
     pub async fn wait_active(&self, timeout: Duration) -> bool {
         let node_id = self.node_id;
         self.raft.wait(Some(timeout)).current_leader(node_id, "active controller").await.is_ok()
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
     }
 
     /// The active controller this node knows of.
@@ -235,6 +240,59 @@ impl Controller {
                 Err(SubmitError::NotController { leader: forward.leader_id })
             }
             Err(error) => Err(SubmitError::Failed(error.to_string())),
+        }
+    }
+
+    /// Carries `request` out on the active controller: here when this node is it,
+    /// else forwarded to it.
+    pub async fn request(
+        &self,
+        request: &ControllerRequest,
+    ) -> Result<ControllerResponse, SubmitError<ControllerError>> {
+        let leader = self.active_controller();
+        if leader.is_none() || leader == Some(self.node_id) {
+            return self.submit(|image| request.plan(image)).await;
+        }
+        let leader = leader.expect("checked above");
+        let address = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .nodes()
+            .find(|(id, _)| **id == leader)
+            .map(|(_, node)| node.addr.clone());
+        let Some(address) = address else {
+            return Err(SubmitError::NotController { leader: None });
+        };
+        let bytes = serde_json::to_vec(request).map_err(|error| SubmitError::Failed(error.to_string()))?;
+        let answer = self
+            .transport
+            .call(leader, &address, RaftCallKind::ControllerRequest, bytes)
+            .await
+            .map_err(|error| SubmitError::Failed(error.to_string()))?;
+        serde_json::from_slice(&answer).map_err(|error| SubmitError::Failed(format!("malformed answer: {error}")))?
+    }
+
+    /// [`Controller::request`], retried while no controller is active or
+    /// reachable (an election, a restart), until `timeout`.
+    pub async fn request_until(
+        &self,
+        request: &ControllerRequest,
+        timeout: Duration,
+    ) -> Result<ControllerResponse, SubmitError<ControllerError>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match self.request(request).await {
+                Err(SubmitError::Refused(error)) => return Err(SubmitError::Refused(error)),
+                Err(error) if tokio::time::Instant::now() + pause < deadline => {
+                    tracing::debug!(%error, "controller request retried");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                answer => return answer,
+            }
         }
     }
 

@@ -25,6 +25,8 @@ use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use broker_core::cluster::ControllerRequest;
+
 use super::{Controller, NodeId, TypeConfig};
 
 /// Which Raft call a request is.
@@ -33,6 +35,8 @@ pub enum RaftCallKind {
     AppendEntries,
     Vote,
     InstallSnapshot,
+    /// A `ControllerRequest` forwarded to the active controller.
+    ControllerRequest,
 }
 
 impl RaftCallKind {
@@ -41,13 +45,18 @@ impl RaftCallKind {
             RaftCallKind::AppendEntries => "append-entries",
             RaftCallKind::Vote => "vote",
             RaftCallKind::InstallSnapshot => "install-snapshot",
+            RaftCallKind::ControllerRequest => "controller-request",
         }
     }
 
     pub fn parse(name: &str) -> Option<RaftCallKind> {
-        [RaftCallKind::AppendEntries, RaftCallKind::Vote, RaftCallKind::InstallSnapshot]
-            .into_iter()
-            .find(|kind| kind.name() == name)
+        let kinds = [
+            RaftCallKind::AppendEntries,
+            RaftCallKind::Vote,
+            RaftCallKind::InstallSnapshot,
+            RaftCallKind::ControllerRequest,
+        ];
+        kinds.into_iter().find(|kind| kind.name() == name)
     }
 }
 
@@ -181,6 +190,10 @@ impl Controller {
             RaftCallKind::InstallSnapshot => {
                 let request: InstallSnapshotRequest<TypeConfig> = serde_json::from_slice(request).map_err(bad)?;
                 answer(&self.raft.install_snapshot(request).await)
+            }
+            RaftCallKind::ControllerRequest => {
+                let request: ControllerRequest = serde_json::from_slice(request).map_err(bad)?;
+                answer(&self.submit(|image| request.plan(image)).await)
             }
         }
     }
