@@ -108,6 +108,28 @@ interface Admin {
   controlTransform @18 (name :Text, action :Text, offset :Int64) -> (error :Error);
   # The bytes of an uploaded plugin, by digest (clients run partitioners).
   fetchPlugin @19 (digest :Text) -> (wasm :Data, error :Error);
+  # The cluster as the answering broker sees it: brokers with their epoch and
+  # state, the active controller, the voters, metadata offsets.
+  describeCluster @20 () -> (cluster :ClusterDescription);
+}
+
+struct ClusterDescription {
+  clusterId @0 :Text;
+  activeController @1 :Int32;    # -1: none known
+  voters @2 :List(Int32);
+  brokers @3 :List(BrokerStatus);
+  answeredBy @4 :Int32;          # the broker that answered
+  metadataOffset @5 :Int64;      # the last metadata offset it applied (-1: none)
+}
+
+struct BrokerStatus {
+  id @0 :Int32;
+  host @1 :Text;
+  port @2 :UInt16;
+  epoch @3 :Int64;               # offset of its registration
+  state @4 :Text;                # active, fenced
+  rack @5 :Text;
+  metadataOffset @6 :Int64;      # last metadata offset it reported (-1: not known here)
 }
 
 struct TransformSpec {
@@ -334,4 +356,9 @@ interface Broker {
   groupHeartbeat @7 (request :GroupHeartbeatRequest) -> (response :GroupHeartbeatResponse);
   commitOffsets @8 (groupId :Text, memberId :Text, memberEpoch :Int32, offsets :List(OffsetCommitEntry)) -> (error :Error);
   fetchOffsets @9 (groupId :Text, partitions :List(TopicPartition)) -> (offsets :List(CommittedOffset), error :Error);   # empty list = all
+  # Between brokers, not for clients: one call of the controller quorum (a Raft
+  # message, a request for the active controller, a broker heartbeat); JSON both
+  # ways. `kind` names the call (append-entries, vote, install-snapshot,
+  # controller-request, broker-heartbeat).
+  controllerCall @10 (kind :Text, payload :Data) -> (payload :Data, error :Error);
 }

@@ -22,6 +22,13 @@ pub struct ServeArgs {
     /// Address clients are told to connect to, when it differs from --listen.
     #[arg(long, env = "WEIR_ADVERTISED_LISTENER", value_name = "HOST:PORT")]
     advertised_listener: Option<String>,
+    /// This broker's id in the cluster [default: 0].
+    #[arg(long, env = "WEIR_NODE_ID", value_name = "N")]
+    node_id: Option<i32>,
+    /// The controller quorum's voters, each broker's id and --listen address
+    /// [default: this broker alone].
+    #[arg(long, env = "WEIR_CONTROLLER_VOTERS", value_name = "ID@HOST:PORT,...")]
+    controller_voters: Option<String>,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -33,7 +40,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         listen: args.listen,
         data_dir: args.data_dir,
         advertised_listener: args.advertised_listener,
-        broker_id: None,
+        broker_id: args.node_id,
+        controller_voters: args.controller_voters,
     };
     let config = BrokerConfig::load(args.config.as_deref(), &overrides)?;
     tracing::info!(data_dir = %config.data_dir.display(), "starting broker");

@@ -70,6 +70,63 @@ pub struct BrokerConfig {
     pub limits: Limits,
     /// Bounds every plugin runs under (the `[plugins]` table).
     pub plugins: PluginSettings,
+    /// The controller quorum and broker membership (the `[controller]` table).
+    pub controller: ControllerSettings,
+}
+
+/// One voter of the controller quorum: a broker id and its `listen` address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Voter {
+    pub id: i32,
+    pub address: String,
+}
+
+/// The controller quorum and broker membership.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerSettings {
+    /// The voters, `id@host:port` each (`voters`, `--controller-voters`); empty:
+    /// this broker alone, a quorum of one.
+    pub voters: Vec<Voter>,
+    /// How often the active controller heartbeats the other voters
+    /// (`raft_heartbeat_ms`).
+    pub raft_heartbeat_ms: u64,
+    /// A voter that hears no heartbeat for between this and twice this stands for
+    /// election (`raft_election_timeout_ms`).
+    pub raft_election_timeout_ms: u64,
+    /// How often a broker heartbeats the active controller (`broker_heartbeat_ms`).
+    pub broker_heartbeat_ms: u64,
+    /// A broker not heard from for this long is fenced: its partitions get new
+    /// leaders (`broker_session_timeout_ms`, Kafka's `broker.session.timeout.ms`).
+    pub broker_session_timeout_ms: u64,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> ControllerSettings {
+        ControllerSettings {
+            voters: Vec::new(),
+            raft_heartbeat_ms: 250,
+            raft_election_timeout_ms: 1_000,
+            broker_heartbeat_ms: 1_000,
+            broker_session_timeout_ms: 9_000,
+        }
+    }
+}
+
+/// Parses `1@host:port,2@host:port` (empty: no voters).
+pub fn parse_voters(text: &str) -> Result<Vec<Voter>, String> {
+    let mut voters: Vec<Voter> = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|part| !part.is_empty()) {
+        let (id, address) = part.split_once('@').ok_or_else(|| format!("voter {part:?} must be id@host:port"))?;
+        let id: i32 = id.trim().parse().map_err(|_| format!("voter {part:?}: the id must be a number"))?;
+        if id < 0 {
+            return Err(format!("voter {part:?}: the id must not be negative"));
+        }
+        if voters.iter().any(|voter| voter.id == id) {
+            return Err(format!("voter id {id} is listed twice"));
+        }
+        voters.push(Voter { id, address: address.trim().to_owned() });
+    }
+    Ok(voters)
 }
 
 /// Bounds every plugin runs under: per call, per instance, per broker.
@@ -187,6 +244,7 @@ impl Default for BrokerConfig {
             rpc_threads: 2,
             limits: Limits::default(),
             plugins: PluginSettings::default(),
+            controller: ControllerSettings::default(),
         }
     }
 }
@@ -198,6 +256,8 @@ pub struct ConfigOverrides {
     pub data_dir: Option<PathBuf>,
     pub advertised_listener: Option<String>,
     pub broker_id: Option<i32>,
+    /// `--controller-voters`, as written (`id@host:port,...`).
+    pub controller_voters: Option<String>,
 }
 
 /// Why the broker config could not be loaded.
@@ -238,7 +298,7 @@ impl BrokerConfig {
             let raw = read_file(path)?;
             problems = config.apply_file(raw);
         }
-        config.apply_overrides(overrides);
+        problems.extend(config.apply_overrides(overrides));
         problems.extend(config.problems());
         if problems.is_empty() {
             Ok(config)
@@ -303,17 +363,31 @@ impl BrokerConfig {
         self.plugins.memory_bytes_max = plugins.memory_bytes_max.unwrap_or(self.plugins.memory_bytes_max);
         self.plugins.output_bytes_max = plugins.output_bytes_max.unwrap_or(self.plugins.output_bytes_max);
         self.plugins.instances_max = plugins.instances_max.unwrap_or(self.plugins.instances_max);
-        let Some(LogTable(entries)) = raw.log else { return Vec::new() };
-        match apply_topic_configs(&self.log, &entries) {
-            Ok(log) => {
-                self.log = log;
-                Vec::new()
+        let controller = raw.controller.unwrap_or_default();
+        let mut problems = Vec::new();
+        if let Some(voters) = controller.voters {
+            match parse_voters(&voters) {
+                Ok(voters) => self.controller.voters = voters,
+                Err(problem) => problems.push(format!("controller.voters: {problem}")),
             }
-            Err(error) => error.problems.into_iter().map(|problem| format!("[log] {problem}")).collect(),
         }
+        let settings = &mut self.controller;
+        settings.raft_heartbeat_ms = controller.raft_heartbeat_ms.unwrap_or(settings.raft_heartbeat_ms);
+        settings.raft_election_timeout_ms =
+            controller.raft_election_timeout_ms.unwrap_or(settings.raft_election_timeout_ms);
+        settings.broker_heartbeat_ms = controller.broker_heartbeat_ms.unwrap_or(settings.broker_heartbeat_ms);
+        settings.broker_session_timeout_ms =
+            controller.broker_session_timeout_ms.unwrap_or(settings.broker_session_timeout_ms);
+        let Some(LogTable(entries)) = raw.log else { return problems };
+        match apply_topic_configs(&self.log, &entries) {
+            Ok(log) => self.log = log,
+            Err(error) => problems.extend(error.problems.into_iter().map(|problem| format!("[log] {problem}"))),
+        }
+        problems
     }
 
-    fn apply_overrides(&mut self, overrides: &ConfigOverrides) {
+    /// Applies the overrides; returns the problems of those that could not be.
+    fn apply_overrides(&mut self, overrides: &ConfigOverrides) -> Vec<String> {
         if let Some(listen) = &overrides.listen {
             self.listen = listen.clone();
         }
@@ -326,6 +400,13 @@ impl BrokerConfig {
         if let Some(broker_id) = overrides.broker_id {
             self.broker_id = broker_id;
         }
+        if let Some(voters) = &overrides.controller_voters {
+            match parse_voters(voters) {
+                Ok(voters) => self.controller.voters = voters,
+                Err(problem) => return vec![format!("--controller-voters: {problem}")],
+            }
+        }
+        Vec::new()
     }
 
     fn problems(&self) -> Vec<String> {
@@ -342,10 +423,42 @@ impl BrokerConfig {
         check_range(&mut problems, "plugins.memory_bytes_max", self.plugins.memory_bytes_max, MIB, 4 * GIB);
         check_at_least(&mut problems, "plugins.output_bytes_max", self.plugins.output_bytes_max, KIB);
         check_range(&mut problems, "plugins.instances_max", self.plugins.instances_max, 1, 10_000);
+        self.controller.check(&mut problems, self.broker_id);
+        check_at_least(&mut problems, "broker_id", self.broker_id, 0);
         if let Err(error) = self.log.validate() {
             problems.extend(error.problems.into_iter().map(|problem| format!("[log] {problem}")));
         }
         problems
+    }
+}
+
+impl ControllerSettings {
+    fn check(&self, problems: &mut Vec<String>, broker_id: i32) {
+        for voter in &self.voters {
+            check_host_port(problems, &format!("controller.voters ({})", voter.id), &voter.address);
+        }
+        check_range(problems, "controller.raft_heartbeat_ms", self.raft_heartbeat_ms, 10, 60_000);
+        if self.raft_election_timeout_ms < 3 * self.raft_heartbeat_ms {
+            problems.push(format!(
+                "controller.raft_election_timeout_ms ({}) must be at least 3 x controller.raft_heartbeat_ms ({})",
+                self.raft_election_timeout_ms, self.raft_heartbeat_ms
+            ));
+        }
+        check_range(problems, "controller.broker_heartbeat_ms", self.broker_heartbeat_ms, 10, 60_000);
+        if self.broker_session_timeout_ms < 2 * self.broker_heartbeat_ms {
+            problems.push(format!(
+                "controller.broker_session_timeout_ms ({}) must be at least 2 x controller.broker_heartbeat_ms ({})",
+                self.broker_session_timeout_ms, self.broker_heartbeat_ms
+            ));
+        }
+        if !self.voters.is_empty() && !self.voters.iter().any(|voter| voter.id == broker_id) {
+            // Brokers that are not voters join later (as learners); until then a
+            // broker must be one of the voters.
+            problems.push(format!(
+                "broker_id {broker_id} is not among controller.voters ({}); every broker is a voter for now",
+                self.voters.iter().map(|voter| voter.id.to_string()).collect::<Vec<_>>().join(", ")
+            ));
+        }
     }
 }
 
@@ -440,7 +553,19 @@ struct RawConfig {
     rpc_threads: Option<usize>,
     limits: Option<RawLimits>,
     plugins: Option<RawPlugins>,
+    controller: Option<RawController>,
     log: Option<LogTable>,
+}
+
+/// The `[controller]` table as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawController {
+    voters: Option<String>,
+    raft_heartbeat_ms: Option<u64>,
+    raft_election_timeout_ms: Option<u64>,
+    broker_heartbeat_ms: Option<u64>,
+    broker_session_timeout_ms: Option<u64>,
 }
 
 /// The `[plugins]` table as written.
@@ -662,6 +787,7 @@ mod tests {
             "message.timestamp.type" = "CreateTime"
         "#;
         let expected = BrokerConfig {
+            controller: ControllerSettings::default(),
             listen: "0.0.0.0:9000".to_owned(),
             advertised_listener: Some("broker-1.example.com:9000".to_owned()),
             data_dir: PathBuf::from("/var/lib/weir"),
@@ -811,12 +937,26 @@ mod tests {
             data_dir: Some(PathBuf::from("/from/flag")),
             advertised_listener: Some("b:2".to_owned()),
             broker_id: Some(9),
+            controller_voters: Some("9@10.0.0.2:2, 8@10.0.0.3:2".to_owned()),
         };
         let config = from_text(text, &overrides).unwrap();
         assert_eq!(
             (config.listen.as_str(), config.data_dir.as_path(), config.advertised_address(), config.broker_id),
             ("10.0.0.2:2", Path::new("/from/flag"), "b:2", 9)
         );
+        let voters: Vec<(i32, &str)> =
+            config.controller.voters.iter().map(|voter| (voter.id, voter.address.as_str())).collect();
+        assert_eq!(voters, [(9, "10.0.0.2:2"), (8, "10.0.0.3:2")]);
+        for (bad, problem) in [
+            ("9@10.0.0.2:2,9@x:1", "listed twice"),
+            ("nine@x:1", "must be a number"),
+            ("9", "id@host:port"),
+            ("8@x:1", "not among controller.voters"),
+        ] {
+            let overrides = ConfigOverrides { controller_voters: Some(bad.to_owned()), ..overrides.clone() };
+            let error = from_text(text, &overrides).unwrap_err().to_string();
+            assert!(error.contains(problem), "{bad}: {error}");
+        }
         let file_only = from_text(text, &ConfigOverrides { broker_id: Some(4), ..ConfigOverrides::default() }).unwrap();
         assert_eq!((file_only.listen.as_str(), file_only.broker_id), ("10.0.0.1:1", 4));
         let invalid = ConfigOverrides { listen: Some("nowhere".to_owned()), ..ConfigOverrides::default() };
@@ -872,6 +1012,7 @@ mod tests {
             rpc_threads,
             limits,
             plugins,
+            controller,
             log,
         } = &raw;
         let top_level = [
@@ -925,6 +1066,21 @@ mod tests {
             instances_max.is_some(),
         ];
         assert_eq!(plugins, [true; 4]);
+        let RawController {
+            voters,
+            raft_heartbeat_ms,
+            raft_election_timeout_ms,
+            broker_heartbeat_ms,
+            broker_session_timeout_ms,
+        } = controller.as_ref().expect("the example has [controller]");
+        let controller = [
+            voters.is_some(),
+            raft_heartbeat_ms.is_some(),
+            raft_election_timeout_ms.is_some(),
+            broker_heartbeat_ms.is_some(),
+            broker_session_timeout_ms.is_some(),
+        ];
+        assert_eq!(controller, [true; 5]);
         let mut log_keys: Vec<&str> =
             log.as_ref().expect("the example has [log]").0.iter().map(|(key, _)| key.as_str()).collect();
         log_keys.sort_unstable();

@@ -525,6 +525,34 @@ impl broker::Server for BrokerService {
         Ok(())
     }
 
+    async fn controller_call(
+        self: Rc<Self>,
+        params: broker::ControllerCallParams,
+        mut results: broker::ControllerCallResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let (kind, payload) = {
+            let reader = params.get()?;
+            (text(reader.get_kind()?)?, reader.get_payload()?.to_vec())
+        };
+        drop(params);
+        let Some(kind) = crate::controller::network::RaftCallKind::parse(&kind) else {
+            let error = ApiError::new(abi::ErrorCode::InvalidRequest, format!("unknown controller call {kind:?}"));
+            set_error(results.get().init_error(), &error);
+            return Ok(());
+        };
+        match self.node.controller().handle_raft_call(kind, &payload).await {
+            Ok(answer) => {
+                self.gate.connection.answered(answer.len());
+                results.get().set_payload(&answer);
+            }
+            Err(message) => {
+                set_error(results.get().init_error(), &ApiError::new(abi::ErrorCode::InvalidRequest, message))
+            }
+        }
+        Ok(())
+    }
+
     async fn list_offset(
         self: Rc<Self>,
         params: broker::ListOffsetParams,
@@ -560,7 +588,7 @@ impl broker::Server for BrokerService {
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
         let builder = results.get();
-        match self.node.init_producer_id() {
+        match self.node.init_producer_id().await {
             Ok((producer_id, producer_epoch)) => {
                 let mut id = builder.init_id();
                 id.set_producer_id(producer_id);
@@ -583,8 +611,7 @@ impl admin::Server for AdminService {
         let configs = config_entries(spec.get_configs()?)?;
         let name = text(spec.get_name()?)?;
         let (partition_count, replication_factor) = (spec.get_partition_count(), spec.get_replication_factor());
-        let node = self.node.clone();
-        let outcome = off_thread(move || node.create_topic(&name, partition_count, replication_factor, &configs)).await;
+        let outcome = self.node.create_topic(&name, partition_count, replication_factor, &configs).await;
         if let Err(api_error) = outcome {
             set_error(results.get().init_error(), &api_error);
         }
@@ -598,8 +625,7 @@ impl admin::Server for AdminService {
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
         let name = text(params.get()?.get_name()?)?;
-        let node = self.node.clone();
-        if let Err(api_error) = off_thread(move || node.delete_topic(&name)).await {
+        if let Err(api_error) = self.node.delete_topic(&name).await {
             set_error(results.get().init_error(), &api_error);
         }
         Ok(())
@@ -655,8 +681,7 @@ impl admin::Server for AdminService {
         let params = params.get()?;
         let name = text(params.get_name()?)?;
         let configs = config_entries(params.get_configs()?)?;
-        let node = self.node.clone();
-        if let Err(api_error) = off_thread(move || node.alter_topic_config(&name, &configs)).await {
+        if let Err(api_error) = self.node.alter_topic_config(&name, &configs).await {
             set_error(results.get().init_error(), &api_error);
         }
         Ok(())
@@ -877,8 +902,7 @@ impl admin::Server for AdminService {
                 config: config_entries(spec.get_config()?)?,
             }
         };
-        let node = self.node.clone();
-        if let Err(api_error) = off_thread(move || node.deploy_transform(spec)).await {
+        if let Err(api_error) = self.node.deploy_transform(spec).await {
             set_error(results.get().init_error(), &api_error);
         }
         Ok(())
@@ -947,6 +971,36 @@ impl admin::Server for AdminService {
                 results.get().set_wasm(&wasm)
             }
             Err(api_error) => set_error(results.get().init_error(), &api_error),
+        }
+        Ok(())
+    }
+
+    async fn describe_cluster(
+        self: Rc<Self>,
+        _: admin::DescribeClusterParams,
+        mut results: admin::DescribeClusterResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let status = self.node.cluster_status();
+        let mut cluster = results.get().init_cluster();
+        cluster.set_cluster_id(&status.cluster_id[..]);
+        cluster.set_active_controller(status.active_controller);
+        cluster.set_answered_by(status.answered_by);
+        cluster.set_metadata_offset(status.metadata_offset);
+        let mut voters = cluster.reborrow().init_voters(status.voters.len() as u32);
+        for (index, voter) in status.voters.iter().enumerate() {
+            voters.set(index as u32, *voter);
+        }
+        let mut brokers = cluster.init_brokers(status.brokers.len() as u32);
+        for (index, broker) in status.brokers.iter().enumerate() {
+            let mut builder = brokers.reborrow().get(index as u32);
+            builder.set_id(broker.id);
+            builder.set_host(&broker.host[..]);
+            builder.set_port(broker.port);
+            builder.set_epoch(broker.epoch as i64);
+            builder.set_state(if broker.fenced { "fenced" } else { "active" });
+            builder.set_rack(broker.rack.as_deref().unwrap_or(""));
+            builder.set_metadata_offset(broker.metadata_offset);
         }
         Ok(())
     }

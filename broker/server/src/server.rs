@@ -68,6 +68,7 @@ pub struct Server {
     node: Arc<Node>,
     limits: Limits,
     rpc_threads: usize,
+    membership: crate::config::ControllerSettings,
 }
 
 /// A connection on its way to a connection thread, with its slots.
@@ -127,11 +128,19 @@ impl Server {
             .map_err(|source| ServerError::Bind { address: config.listen.clone(), source })?;
         let local_addr =
             listener.local_addr().map_err(|source| ServerError::Bind { address: config.listen.clone(), source })?;
-        let mut node = Node::open(&config)?;
+        let mut config = config;
         if config.advertised_listener.is_none() {
-            node.set_advertised(local_addr.ip().to_string(), local_addr.port());
+            // The bound port (`listen` may say 0) is what clients and brokers reach.
+            config.advertised_listener = Some(local_addr.to_string());
         }
-        Ok(Server { listener, node: Arc::new(node), limits: config.limits.clone(), rpc_threads: config.rpc_threads })
+        let node = Node::open(&config).await?;
+        Ok(Server {
+            listener,
+            node: Arc::new(node),
+            limits: config.limits.clone(),
+            rpc_threads: config.rpc_threads,
+            membership: config.controller.clone(),
+        })
     }
 
     /// The bound address (useful with port 0).
@@ -158,6 +167,11 @@ impl Server {
             threads.push(thread);
         }
         self.node.start_transforms(tokio::runtime::Handle::current());
+        let metadata_watch = tokio::spawn(self.node.clone().follow_metadata());
+        let heartbeat = std::time::Duration::from_millis(self.membership.broker_heartbeat_ms);
+        let heartbeats = tokio::spawn(self.node.clone().send_heartbeats(heartbeat));
+        let session_timeout = std::time::Duration::from_millis(self.membership.broker_session_timeout_ms);
+        let fencing = tokio::spawn(self.node.controller().clone().fence_silent_brokers(session_timeout));
         let connection_slots = Arc::new(Semaphore::new(self.limits.connections_max));
         let per_ip = Arc::new(Mutex::new(HashMap::new()));
         let group_expiry = tokio::spawn({
@@ -207,8 +221,12 @@ impl Server {
             next_thread = (next_thread + 1) % senders.len();
         }
         tracing::info!("shutting down");
+        heartbeats.abort();
+        self.node.controlled_shutdown().await;
+        fencing.abort();
         group_expiry.abort();
         memory_trim.abort();
+        metadata_watch.abort();
         let _ = stop.send(true);
         drop(senders);
         for thread in threads {
@@ -216,6 +234,7 @@ impl Server {
         }
         self.node.stop_transforms();
         self.node.shutdown();
+        self.node.stop_controller().await;
         tracing::info!("stopped cleanly");
         Ok(())
     }

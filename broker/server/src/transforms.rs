@@ -134,12 +134,11 @@ fn invalid(message: impl Into<String>) -> ApiError {
 }
 
 /// What transforms need from the broker they run in: start plugin instances,
-/// producer ids, offsets, reads and writes. `Node` implements it; nothing else of
+/// offsets, reads and writes (producer ids come with the deployment). `Node` implements it; nothing else of
 /// the broker is reachable from a transform task.
 pub trait TransformHost: Send + Sync + 'static {
     /// A fresh instance of transform plugin `plugin`, `init`ed with `config`.
     fn start_transform_plugin(&self, plugin: &str, config: Vec<(String, String)>) -> Result<Plugin, ApiError>;
-    fn init_producer_id(&self) -> Result<(i64, i16), ApiError>;
     /// (offset, timestamp ms) as `listOffsets` answers.
     fn list_offset(&self, topic: &str, partition: i32, query: OffsetQuery) -> Result<(i64, i64), ApiError>;
     fn partition_count(&self, topic: &str) -> Result<u32, ApiError>;
@@ -263,8 +262,9 @@ impl Transforms {
         &self,
         node: &Arc<H>,
         spec: TransformSpec,
-        input_partitions: i32,
+        producer_ids: BTreeMap<i32, i64>,
     ) -> Result<(), ApiError> {
+        let input_partitions = producer_ids.len() as i32;
         let name_ok = !spec.name.is_empty()
             && spec.name.len() <= 128
             && spec.name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
@@ -286,10 +286,6 @@ impl Transforms {
         }
         // `init` must accept the config before anything is recorded.
         drop(node.start_transform_plugin(&spec.plugin, spec.config.clone())?);
-        let mut producer_ids = BTreeMap::new();
-        for partition in 0..input_partitions {
-            producer_ids.insert(partition, node.init_producer_id()?.0);
-        }
         let record = DeploymentRecord {
             name: spec.name.clone(),
             plugin: spec.plugin,

@@ -56,10 +56,14 @@ async fn register(controller: &Controller, broker_id: i32) -> Result<(), SubmitE
             Ok((image.unfence_broker(broker_id, epoch)?, ()))
         })
         .await
+        .map(|_| ())
 }
 
 async fn create_topic(controller: &Controller, name: &str) -> Result<(), SubmitError<ControllerError>> {
-    controller.submit(|image| Ok((image.create_topic(name, 3, 1, BTreeMap::new(), InitialIsr::AllReplicas)?, ()))).await
+    controller
+        .submit(|image| Ok((image.create_topic(name, 3, 1, BTreeMap::new(), InitialIsr::AllReplicas)?, ())))
+        .await
+        .map(|_| ())
 }
 
 /// Retries `submit` while the controller does not know yet that it leads (just

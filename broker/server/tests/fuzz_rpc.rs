@@ -188,8 +188,8 @@ fn every_method_survives_mutated_requests_and_the_broker_keeps_serving() {
     config.limits.produce_timeout_ms_max = 100;
     config.plugins.call_deadline_ms = 100;
     let limits = config.limits.clone();
-    let node = Arc::new(Node::open(&config).unwrap());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let node = Arc::new(runtime.block_on(Node::open(&config)).unwrap());
     let local = tokio::task::LocalSet::new();
     let served = node.clone();
     local.block_on(&runtime, async move {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use abi::batch::{BatchBuilder, BatchIter};
+use broker::controller::network::Unconnected;
 use broker::node::{Acks, FetchRequest, ProduceRequest};
 use broker::{BrokerConfig, Environment, Node};
 use broker_core::clock::{Clock, ManualClock};
@@ -26,8 +27,16 @@ fn config() -> BrokerConfig {
     config
 }
 
-fn open(storage: &MemStorage, clock: &Arc<ManualClock>) -> Result<Node, broker::node::NodeError> {
-    Node::open_in(&config(), Environment::simulated(Arc::new(storage.clone()), clock.clone()))
+async fn open(storage: &MemStorage, clock: &Arc<ManualClock>) -> Result<Arc<Node>, broker::node::NodeError> {
+    let environment = Environment::simulated(Arc::new(storage.clone()), clock.clone());
+    Ok(Arc::new(Node::open_in(&config(), environment, Arc::new(Unconnected)).await?))
+}
+
+/// Stops a node as a crash would: nothing is flushed or closed, but its
+/// controller stops writing (a dead process writes nothing).
+async fn crash(node: Arc<Node>) {
+    node.stop_controller().await;
+    drop(node);
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -78,10 +87,10 @@ fn a_node_runs_on_memory_storage_and_manual_time_and_keeps_what_it_acknowledged(
     let storage = MemStorage::new();
     let clock = Arc::new(ManualClock::new(START_MS));
     let runtime = runtime();
-    let node = open(&storage, &clock).unwrap();
-    node.create_topic("orders", 2, 1, &[]).unwrap();
-    let (first_producer, _) = node.init_producer_id().unwrap();
     runtime.block_on(async {
+        let node = open(&storage, &clock).await.unwrap();
+        node.create_topic("orders", 2, 1, &[]).await.unwrap();
+        let (first_producer, _) = node.init_producer_id().await.unwrap();
         for index in 0..5 {
             clock.advance(10);
             assert_eq!(produce(&node, &clock, &format!("r{index}")).await.unwrap(), index);
@@ -94,24 +103,23 @@ fn a_node_runs_on_memory_storage_and_manual_time_and_keeps_what_it_acknowledged(
             offsets: vec![(TopicPartition { topic: "orders".to_owned(), partition: 0 }, 5, String::new())],
         };
         node.commit_offsets(&commit).await.unwrap();
-    });
-    // Crash: no shutdown, and whatever was not synced is gone.
-    drop(node);
-    storage.crash(CrashMode::TornTail { seed: 1 });
-    assert!(!Path::new(DATA_DIR).exists(), "nothing may reach the real file system");
-    assert!(storage.file_paths().iter().any(|path| path.ends_with("cluster-metadata.json")));
+        // Crash: no shutdown, and whatever was not synced is gone.
+        crash(node).await;
+        storage.crash(CrashMode::TornTail { seed: 1 });
+        assert!(!Path::new(DATA_DIR).exists(), "nothing may reach the real file system");
+        assert!(storage.file_paths().iter().any(|path| path.ends_with("raft.log")));
 
-    let node = open(&storage, &clock).unwrap();
-    runtime.block_on(async {
+        let node = open(&storage, &clock).await.unwrap();
         assert_eq!(values(&node).await, ["r0", "r1", "r2", "r3", "r4"]);
         let committed = node.fetch_offsets("g", None).await.unwrap();
         assert_eq!(committed.len(), 1);
         assert_eq!(committed[0].1.offset, 5);
         assert_eq!(committed[0].1.commit_timestamp_ms, START_MS + 1_050, "the commit is stamped by the clock given");
+        let (next_producer, _) = node.init_producer_id().await.unwrap();
+        assert!(next_producer > first_producer, "producer ids are never handed out twice");
+        node.shutdown();
+        node.stop_controller().await;
     });
-    let (next_producer, _) = node.init_producer_id().unwrap();
-    assert!(next_producer > first_producer, "producer ids are never handed out twice");
-    node.shutdown();
 }
 
 /// Arms a power cut after `n` storage operations for a sweep of `n`, produces until
@@ -121,29 +129,27 @@ fn a_node_runs_on_memory_storage_and_manual_time_and_keeps_what_it_acknowledged(
 fn a_crash_at_any_storage_operation_loses_no_acknowledged_record() {
     let points: u64 = std::env::var("WEIR_SIM_SEEDS").ok().and_then(|text| text.parse().ok()).unwrap_or(200);
     let runtime = runtime();
-    // Size the sweep: storage operations a start plus 20 produces take.
-    let probe = MemStorage::new();
     let clock = Arc::new(ManualClock::new(START_MS));
-    let node = open(&probe, &clock).unwrap();
-    node.create_topic("orders", 1, 1, &[]).unwrap();
-    let before = probe.op_count();
     runtime.block_on(async {
+        // Size the sweep: storage operations 20 produces take.
+        let probe = MemStorage::new();
+        let node = open(&probe, &clock).await.unwrap();
+        node.create_topic("orders", 1, 1, &[]).await.unwrap();
+        let before = probe.op_count();
         for index in 0..20 {
             produce(&node, &clock, &format!("r{index}")).await.unwrap();
         }
-    });
-    let per_produce = (probe.op_count() - before) / 20 + 1;
-    drop(node);
-    let mut cut_short = 0;
-    let mut acknowledged_total = 0;
-    for point in 0..points {
-        let seed = point.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5EED;
-        let storage = MemStorage::new();
-        let node = open(&storage, &clock).unwrap();
-        node.create_topic("orders", 1, 1, &[]).unwrap();
-        storage.fail_after(1 + seed % (per_produce * 20));
-        let mut acknowledged = Vec::new();
-        runtime.block_on(async {
+        let per_produce = (probe.op_count() - before) / 20 + 1;
+        crash(node).await;
+        let mut cut_short = 0;
+        let mut acknowledged_total = 0;
+        for point in 0..points {
+            let seed = point.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5EED;
+            let storage = MemStorage::new();
+            let node = open(&storage, &clock).await.unwrap();
+            node.create_topic("orders", 1, 1, &[]).await.unwrap();
+            storage.fail_after(1 + seed % (per_produce * 20));
+            let mut acknowledged = Vec::new();
             for index in 0..40 {
                 let value = format!("r{index}");
                 match produce(&node, &clock, &value).await {
@@ -151,19 +157,24 @@ fn a_crash_at_any_storage_operation_loses_no_acknowledged_record() {
                     Err(_) => break,
                 }
             }
-        });
-        drop(node);
-        cut_short += usize::from(acknowledged.len() < 40);
-        acknowledged_total += acknowledged.len();
-        storage.crash(CrashMode::GarbageTail { seed });
-        let node = open(&storage, &clock).unwrap_or_else(|error| panic!("seed {seed}: reopen failed: {error}"));
-        let found = runtime.block_on(values(&node));
+            crash(node).await;
+            cut_short += usize::from(acknowledged.len() < 40);
+            acknowledged_total += acknowledged.len();
+            storage.crash(CrashMode::GarbageTail { seed });
+            let node =
+                open(&storage, &clock).await.unwrap_or_else(|error| panic!("seed {seed}: reopen failed: {error}"));
+            let found = values(&node).await;
+            assert!(
+                found.starts_with(&acknowledged) && found.len() <= acknowledged.len() + 1,
+                "seed {seed} (point {point}): acknowledged {acknowledged:?}, found {found:?}"
+            );
+            node.shutdown();
+            node.stop_controller().await;
+        }
+        // The sweep must cut produces short, and not always before the first one.
         assert!(
-            found.starts_with(&acknowledged) && found.len() <= acknowledged.len() + 1,
-            "seed {seed} (point {point}): acknowledged {acknowledged:?}, found {found:?}"
+            cut_short as u64 == points && acknowledged_total > 0,
+            "{cut_short} cut short, {acknowledged_total} acked"
         );
-        node.shutdown();
-    }
-    // The sweep must cut produces short, and not always before the first one.
-    assert!(cut_short as u64 == points && acknowledged_total > 0, "{cut_short} cut short, {acknowledged_total} acked");
+    });
 }

@@ -165,6 +165,36 @@ impl ClusterImage {
         Ok(vec![MetadataRecord::CreateTopic { name: name.to_owned(), partitions, configs }])
     }
 
+    /// The records that create `name` with every partition's only replica on
+    /// `broker_id`, which must be active (the upgrade of a single-node data
+    /// directory, whose partitions are there already).
+    pub fn adopt_topic(
+        &self,
+        name: &str,
+        partition_count: u32,
+        configs: BTreeMap<String, String>,
+        broker_id: BrokerId,
+    ) -> Result<Vec<MetadataRecord>, ControllerError> {
+        if self.topics.contains_key(name) {
+            return Err(ControllerError::TopicExists(name.to_owned()));
+        }
+        if partition_count == 0 {
+            return Err(ControllerError::InvalidPartitions(0));
+        }
+        if !self.is_active(broker_id) {
+            return Err(ControllerError::UnknownBroker(broker_id));
+        }
+        let state = PartitionState {
+            replicas: vec![broker_id],
+            isr: vec![broker_id],
+            leader: broker_id,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        };
+        let partitions = vec![state; partition_count as usize];
+        Ok(vec![MetadataRecord::CreateTopic { name: name.to_owned(), partitions, configs }])
+    }
+
     pub fn delete_topic(&self, name: &str) -> Result<Vec<MetadataRecord>, ControllerError> {
         if !self.topics.contains_key(name) {
             return Err(ControllerError::UnknownTopic(name.to_owned()));

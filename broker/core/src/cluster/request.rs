@@ -40,6 +40,14 @@ pub enum ControllerRequest {
         configs: BTreeMap<String, String>,
         initial_isr: IsrChoice,
     },
+    /// A topic whose partitions already exist on `broker_id` (a single-node data
+    /// directory being upgraded): every partition's one replica is there.
+    AdoptTopic {
+        name: String,
+        partition_count: u32,
+        configs: BTreeMap<String, String>,
+        broker_id: BrokerId,
+    },
     DeleteTopic {
         name: String,
     },
@@ -69,6 +77,10 @@ pub struct ControllerResponse {
     /// `RegisterBroker`: the broker's epoch. `AllocateProducerIds`: the block's
     /// first id.
     pub value: Option<i64>,
+    /// Metadata offset of the last record written (none when nothing was): a
+    /// broker waits until its own image has applied it before answering.
+    #[serde(default)]
+    pub last_offset: Option<u64>,
 }
 
 impl ControllerRequest {
@@ -88,7 +100,7 @@ impl ControllerRequest {
                     // A retry: the registration stands.
                     None => image.brokers.get(&registration.broker_id).map_or(0, |broker| broker.epoch),
                 };
-                (records, ControllerResponse { value: Some(epoch as i64) })
+                (records, ControllerResponse { value: Some(epoch as i64), last_offset: None })
             }
             ControllerRequest::UnfenceBroker { broker_id, broker_epoch } => {
                 (image.unfence_broker(*broker_id, *broker_epoch)?, none)
@@ -105,11 +117,17 @@ impl ControllerRequest {
                     image.create_topic(name, *partition_count, *replication_factor, configs.clone(), initial_isr)?;
                 (records, none)
             }
+            ControllerRequest::AdoptTopic { name, partition_count, configs, broker_id } => {
+                (image.adopt_topic(name, *partition_count, configs.clone(), *broker_id)?, none)
+            }
             ControllerRequest::DeleteTopic { name } => (image.delete_topic(name)?, none),
             ControllerRequest::AlterConfigs { topic, changes } => (image.alter_configs(topic, changes)?, none),
             ControllerRequest::AllocateProducerIds { broker_id, count } => {
                 let first = image.next_producer_id;
-                (image.allocate_producer_ids(*broker_id, *count)?, ControllerResponse { value: Some(first) })
+                (
+                    image.allocate_producer_ids(*broker_id, *count)?,
+                    ControllerResponse { value: Some(first), last_offset: None },
+                )
             }
             ControllerRequest::ElectPreferredLeaders => (image.elect_preferred_leaders(), none),
         };

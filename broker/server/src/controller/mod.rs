@@ -17,7 +17,9 @@
 //!
 //! The single-node default is a quorum of one voter on the same path.
 
+pub mod broker_link;
 pub mod log_store;
+pub mod membership;
 pub mod network;
 pub mod state_machine;
 
@@ -127,6 +129,8 @@ pub struct Controller {
     applied: AppliedImage,
     /// One submission at a time (see the module docs).
     submitting: Arc<tokio::sync::Mutex<()>>,
+    /// Brokers' heartbeats, while this node is the active controller.
+    liveness: membership::SharedLiveness,
 }
 
 impl std::fmt::Debug for Controller {
@@ -166,7 +170,8 @@ impl Controller {
         let raft = Raft::new(node_id, config, network, log_store.clone(), state_machine)
             .await
             .map_err(|error| ControllerStartError::Raft(error.to_string()))?;
-        let controller = Controller { node_id, raft, transport, applied, submitting: Arc::default() };
+        let controller =
+            Controller { node_id, raft, transport, applied, submitting: Arc::default(), liveness: Arc::default() };
         if log_store.is_new() {
             let members: BTreeMap<NodeId, BasicNode> =
                 voters.into_iter().map(|(id, address)| (id, BasicNode::new(address))).collect();
@@ -213,12 +218,13 @@ impl Controller {
     }
 
     /// Runs `handler` against the applied image and commits the records it
-    /// returns; answers the handler's value once they are applied here. See the
+    /// returns; answers the handler's value, and the metadata offset of the last
+    /// record (none when there were none), once they are applied here. See the
     /// module docs.
     pub async fn submit<T, E>(
         &self,
         handler: impl FnOnce(&ClusterImage) -> Result<(Vec<MetadataRecord>, T), E>,
-    ) -> Result<T, SubmitError<E>> {
+    ) -> Result<(T, Option<u64>), SubmitError<E>> {
         let _one_at_a_time = self.submitting.lock().await;
         // Everything committed before (by this or an earlier leader) is applied.
         if let Err(error) = self.raft.ensure_linearizable().await {
@@ -229,18 +235,46 @@ impl Controller {
         }
         let (records, value) = self.read(handler).map_err(SubmitError::Refused)?;
         if records.is_empty() {
-            return Ok(value);
+            return Ok((value, None));
         }
+        let count = records.len() as u64;
         match self.raft.client_write(MetadataCommand { records }).await {
-            Ok(response) => match response.data.error {
-                None => Ok(value),
-                Some(error) => Err(SubmitError::Failed(error)),
+            Ok(response) => match (response.data.error, response.data.first_offset) {
+                (None, Some(first)) => Ok((value, Some(first + count - 1))),
+                (None, None) => Ok((value, None)),
+                (Some(error), _) => Err(SubmitError::Failed(error)),
             },
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
                 Err(SubmitError::NotController { leader: forward.leader_id })
             }
             Err(error) => Err(SubmitError::Failed(error.to_string())),
         }
+    }
+
+    /// Carries `request` out here (this node must be the active controller).
+    pub(crate) async fn carry_out(
+        &self,
+        request: &ControllerRequest,
+    ) -> Result<ControllerResponse, SubmitError<ControllerError>> {
+        let (mut response, last_offset) = self.submit(|image| request.plan(image)).await?;
+        response.last_offset = last_offset;
+        Ok(response)
+    }
+
+    /// Waits until this node's image has applied metadata offset `offset`, or
+    /// `timeout` passes; returns whether it has.
+    pub async fn wait_applied_offset(&self, offset: u64, timeout: Duration) -> bool {
+        let mut applied_index = self.applied.applied_index.clone();
+        let reached = |controller: &Controller| controller.read(|image| image.applied_offset >= Some(offset));
+        let waited = tokio::time::timeout(timeout, async {
+            while !reached(self) {
+                if applied_index.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        let _ = waited.await;
+        reached(self)
     }
 
     /// Carries `request` out on the active controller: here when this node is it,
@@ -251,9 +285,22 @@ impl Controller {
     ) -> Result<ControllerResponse, SubmitError<ControllerError>> {
         let leader = self.active_controller();
         if leader.is_none() || leader == Some(self.node_id) {
-            return self.submit(|image| request.plan(image)).await;
+            return self.carry_out(request).await;
         }
         let leader = leader.expect("checked above");
+        let payload = serde_json::to_vec(request).map_err(|error| SubmitError::Failed(error.to_string()))?;
+        let answer = self.forward(leader, RaftCallKind::ControllerRequest, payload).await?;
+        serde_json::from_slice(&answer).map_err(|error| SubmitError::Failed(format!("malformed answer: {error}")))?
+    }
+
+    /// Sends one call to voter `leader` (the active controller) and returns its
+    /// answer's bytes.
+    async fn forward<E>(
+        &self,
+        leader: NodeId,
+        kind: RaftCallKind,
+        payload: Vec<u8>,
+    ) -> Result<Vec<u8>, SubmitError<E>> {
         let address = self
             .raft
             .metrics()
@@ -265,13 +312,10 @@ impl Controller {
         let Some(address) = address else {
             return Err(SubmitError::NotController { leader: None });
         };
-        let bytes = serde_json::to_vec(request).map_err(|error| SubmitError::Failed(error.to_string()))?;
-        let answer = self
-            .transport
-            .call(leader, &address, RaftCallKind::ControllerRequest, bytes)
+        self.transport
+            .call(leader, &address, kind, payload)
             .await
-            .map_err(|error| SubmitError::Failed(error.to_string()))?;
-        serde_json::from_slice(&answer).map_err(|error| SubmitError::Failed(format!("malformed answer: {error}")))?
+            .map_err(|error| SubmitError::Failed(error.to_string()))
     }
 
     /// [`Controller::request`], retried while no controller is active or

@@ -37,6 +37,8 @@ pub enum RaftCallKind {
     InstallSnapshot,
     /// A `ControllerRequest` forwarded to the active controller.
     ControllerRequest,
+    /// A broker's heartbeat to the active controller.
+    BrokerHeartbeat,
 }
 
 impl RaftCallKind {
@@ -46,6 +48,7 @@ impl RaftCallKind {
             RaftCallKind::Vote => "vote",
             RaftCallKind::InstallSnapshot => "install-snapshot",
             RaftCallKind::ControllerRequest => "controller-request",
+            RaftCallKind::BrokerHeartbeat => "broker-heartbeat",
         }
     }
 
@@ -55,6 +58,7 @@ impl RaftCallKind {
             RaftCallKind::Vote,
             RaftCallKind::InstallSnapshot,
             RaftCallKind::ControllerRequest,
+            RaftCallKind::BrokerHeartbeat,
         ];
         kinds.into_iter().find(|kind| kind.name() == name)
     }
@@ -193,7 +197,11 @@ impl Controller {
             }
             RaftCallKind::ControllerRequest => {
                 let request: ControllerRequest = serde_json::from_slice(request).map_err(bad)?;
-                answer(&self.submit(|image| request.plan(image)).await)
+                answer(&self.carry_out(&request).await)
+            }
+            RaftCallKind::BrokerHeartbeat => {
+                let heartbeat: super::membership::BrokerHeartbeat = serde_json::from_slice(request).map_err(bad)?;
+                answer(&self.take_heartbeat(&heartbeat))
             }
         }
     }
@@ -255,5 +263,15 @@ impl RaftTransport for InProcessLink {
             };
             controller.handle_raft_call(kind, &request).await.map_err(|reason| unreachable(&reason))
         })
+    }
+}
+
+/// No way to reach other voters: a quorum of one needs none.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Unconnected;
+
+impl RaftTransport for Unconnected {
+    fn call(&self, target: NodeId, _address: &str, _kind: RaftCallKind, _request: Vec<u8>) -> CallFuture {
+        Box::pin(async move { Err(TransportError { target, reason: "no transport to other brokers".to_owned() }) })
     }
 }

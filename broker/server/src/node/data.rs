@@ -83,12 +83,12 @@ impl Node {
             return Err(ApiError::new(ErrorCode::InvalidTopic, message));
         }
         let (topic, index) = self.slot(&request.topic, request.partition)?;
-        let (partition, producers) = topic.slots[index].online()?;
+        let (partition, producers, leader_epoch) = topic.slots[index].led()?;
         let producer = check_batches(&request.batches)?;
         self.plugins.intercept_produce(&request.topic, request.partition, &mut request.batches)?;
         let (base_offset, last_offset) = match producer {
             None => {
-                let info = partition.append(&mut request.batches, LEADER_EPOCH)?;
+                let info = partition.append(&mut request.batches, leader_epoch)?;
                 (info.base_offset, info.last_offset)
             }
             Some(producer) => {
@@ -96,7 +96,7 @@ impl Node {
                 match producers.check(&producer)? {
                     SequenceCheck::Duplicate { base_offset, last_offset } => (base_offset, last_offset),
                     SequenceCheck::Append => {
-                        let info = partition.append(&mut request.batches, LEADER_EPOCH)?;
+                        let info = partition.append(&mut request.batches, leader_epoch)?;
                         producers.record(&producer, info.base_offset, info.last_offset);
                         (info.base_offset, info.last_offset)
                     }
@@ -217,7 +217,7 @@ impl Node {
 
     pub(super) fn fetch_slot(&self, fetch: &PartitionFetch) -> Result<(Partition, u64), ApiError> {
         let (topic, index) = self.slot(&fetch.topic, fetch.partition)?;
-        let (partition, _) = topic.slots[index].online()?;
+        let (partition, _, _) = topic.slots[index].led()?;
         let offset = u64::try_from(fetch.offset)
             .map_err(|_| ApiError::new(ErrorCode::OffsetOutOfRange, format!("offset {} is negative", fetch.offset)))?;
         Ok((partition.clone(), offset))
@@ -228,7 +228,7 @@ impl Node {
     /// -1 when not known).
     pub fn list_offset(&self, topic_name: &str, partition: i32, query: OffsetQuery) -> Result<(i64, i64), ApiError> {
         let (topic, index) = self.slot(topic_name, partition)?;
-        let (partition, _) = topic.slots[index].online()?;
+        let (partition, _, _) = topic.slots[index].led()?;
         let (log_start_offset, high_watermark) = partition.offsets()?;
         let offset = match query {
             OffsetQuery::Earliest => log_start_offset,

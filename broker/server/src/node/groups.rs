@@ -5,23 +5,15 @@
 use super::*;
 
 impl Node {
-    /// Creates `__consumer_offsets` on first start, then loads a coordinator per
-    /// partition (replaying it).
+    /// Loads a coordinator per partition of `__consumer_offsets` (replaying it).
     pub(super) fn load_group_coordinators(&self) -> Result<GroupCoordinators, NodeError> {
-        if !lock(&self.metadata).metadata().topics.contains_key(CONSUMER_OFFSETS_TOPIC) {
-            let configs = [("flush.policy", "always"), ("retention.ms", "-1"), ("segment.bytes", "67108864")]
-                .map(|(key, value)| (key.to_owned(), value.to_owned()));
-            self.create_topic_unchecked(CONSUMER_OFFSETS_TOPIC, CONSUMER_OFFSETS_PARTITIONS, 1, &configs).map_err(
-                |error| NodeError::TopicConfig { topic: CONSUMER_OFFSETS_TOPIC.to_owned(), reason: error.to_string() },
-            )?;
-        }
         let topic = self.topic(CONSUMER_OFFSETS_TOPIC).map_err(|error| NodeError::TopicConfig {
             topic: CONSUMER_OFFSETS_TOPIC.to_owned(),
             reason: error.to_string(),
         })?;
         let mut partitions = Vec::new();
         for slot in &topic.slots {
-            let (partition, _) = slot.online().map_err(|error| NodeError::TopicConfig {
+            let (partition, _, _) = slot.led().map_err(|error| NodeError::TopicConfig {
                 topic: CONSUMER_OFFSETS_TOPIC.to_owned(),
                 reason: format!("a partition is offline: {}", error.message),
             })?;

@@ -34,15 +34,21 @@ use broker_core::log::{FlushPolicy, LogConfig};
 use broker_core::producer_state::{ProducerBatch, ProducerStates, SequenceCheck};
 
 use crate::config::{BrokerConfig, Limits};
+use crate::controller::membership::BrokerHeartbeat;
+use crate::controller::network::RaftTransport;
+use crate::controller::{Controller, ControllerStartError, NodeId, RaftTiming, SubmitError};
 use crate::data_dir_lock::{DataDirLock, DataDirLockError};
 use crate::environment::Environment;
 use crate::error::ApiError;
 use crate::groups::{GroupCoordinators, CONSUMER_OFFSETS_PARTITIONS, CONSUMER_OFFSETS_TOPIC};
 use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, LogDirConfig, PartitionDirFate};
-use crate::metadata_store::{MetadataError, MetadataStore, TopicRecord, PRODUCER_ID_BLOCK_SIZE};
+use crate::metadata_store::MetadataError;
 use crate::partition::{lock, Partition};
 use crate::plugins::{FailurePolicy, Plugins};
 use crate::transforms::{TransformHost, TransformSpec, TransformStatus, Transforms};
+use broker_core::cluster::{
+    BrokerRegistration, ControllerError, ControllerRequest, ControllerResponse, IsrChoice, TopicImage,
+};
 use broker_core::group::assignor::TopicPartition as GroupPartition;
 use broker_core::group::coordinator::{
     CommitRequest, CoordinatorConfig, GroupDescription, GroupState, HeartbeatRequest, HeartbeatResponse,
@@ -51,18 +57,20 @@ use broker_core::group::record::OffsetValue;
 
 mod data;
 mod groups;
+pub mod membership;
 mod plugins;
 mod producer_ids;
+mod reconcile;
 pub mod requests;
 mod topics;
+mod upgrade;
 
+pub use membership::{BrokerStatus, ClusterStatus};
 pub use requests::*;
 
 use data::rebuild_producer_states;
 use producer_ids::ProducerIdBlock;
 
-/// Leader epoch of every partition until the controller hands out epochs.
-const LEADER_EPOCH: i32 = 0;
 /// Idempotent producers remembered per partition (least recently used go first).
 const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;
 /// How much of each partition's log tail is scanned at start-up to rebuild the
@@ -85,25 +93,59 @@ pub enum NodeError {
     TopicConfig { topic: String, reason: String },
     #[error("plugins: {0}")]
     Plugins(String),
+    #[error(transparent)]
+    ControllerStart(#[from] ControllerStartError),
+    #[error("the controller quorum did not answer: {0}")]
+    Controller(String),
+    #[error("storage: {0}")]
+    Storage(String),
 }
 
-/// One partition slot of a topic.
+/// One partition slot of a topic, as this broker holds it.
 #[derive(Debug)]
 enum Slot {
+    /// A replica here, with its log.
     Online {
         partition: Partition,
         producers: Mutex<ProducerStates>,
+        /// Whether this broker leads it, and under which leader epoch (from the
+        /// cluster metadata; updated when leadership moves).
+        leadership: Leadership,
     },
-    /// Recovery found corruption (or the directory could not be created).
-    Offline {
-        reason: String,
-    },
+    /// A replica here whose log could not be opened (recovery found corruption,
+    /// or its directory belongs to no topic).
+    Offline { reason: String },
+    /// Not a replica here.
+    Remote,
 }
 
-/// A topic's partitions; its configs live in the metadata store and in each
-/// partition's log config.
+/// Whether this broker leads a partition, and the leader epoch to stamp.
+#[derive(Debug, Default)]
+struct Leadership {
+    leading: std::sync::atomic::AtomicBool,
+    leader_epoch: std::sync::atomic::AtomicI32,
+}
+
+impl Leadership {
+    fn set(&self, leading: bool, leader_epoch: i32) {
+        self.leader_epoch.store(leader_epoch, std::sync::atomic::Ordering::Release);
+        self.leading.store(leading, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The leader epoch, when this broker leads.
+    fn epoch(&self) -> Option<i32> {
+        self.leading
+            .load(std::sync::atomic::Ordering::Acquire)
+            .then(|| self.leader_epoch.load(std::sync::atomic::Ordering::Acquire))
+    }
+}
+
+/// A topic as this broker holds it: the cluster's topic id and configs, and a
+/// slot per partition.
 #[derive(Debug)]
 struct Topic {
+    topic_id: u64,
+    configs: Mutex<BTreeMap<String, String>>,
     slots: Vec<Slot>,
 }
 
@@ -111,13 +153,22 @@ struct Topic {
 #[derive(Debug)]
 pub struct Node {
     broker: BrokerEntry,
+    /// Unique per start: tells the controller a restart from a retry.
+    incarnation: String,
+    /// This broker's epoch (the offset of its registration).
+    broker_epoch: std::sync::atomic::AtomicU64,
+    /// Set by a controlled shutdown: no more heartbeats or unfencing.
+    stopping: std::sync::atomic::AtomicBool,
     limits: Limits,
     log_defaults: LogConfig,
+    environment: Environment,
+    data_dir: std::path::PathBuf,
     log_dir: Mutex<Option<LogDir>>,
-    /// Serialises admin changes; taken before `metadata`.
-    metadata: Mutex<MetadataStore>,
+    controller: Controller,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
-    producer_ids: Mutex<ProducerIdBlock>,
+    /// One reconciliation at a time.
+    reconciling: Mutex<()>,
+    producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// Set once by `open`.
     groups: Option<GroupCoordinators>,
     plugins: Plugins,
@@ -130,60 +181,76 @@ pub struct Node {
     clock: Arc<dyn broker_core::clock::Clock>,
 }
 
+/// How long start-up waits for the controller quorum (an election among voters
+/// that start one by one).
+const CONTROLLER_START_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long an admin request waits for the controller quorum.
+const CONTROLLER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl Node {
-    /// Opens the data directory on real files with the system clock: metadata,
-    /// then every partition of every topic.
-    pub fn open(config: &BrokerConfig) -> Result<Node, NodeError> {
-        Node::open_in(config, Environment::real())
+    /// Opens the data directory on real files with the system clock: see
+    /// [`Node::open_in`].
+    pub async fn open(config: &BrokerConfig) -> Result<Node, NodeError> {
+        let transport: Arc<dyn RaftTransport> = match config.controller.voters.len() > 1 {
+            true => Arc::new(
+                crate::controller::broker_link::BrokerLinks::start()
+                    .map_err(|error| NodeError::Storage(format!("starting the broker link thread: {error}")))?,
+            ),
+            false => Arc::new(crate::controller::network::Unconnected),
+        };
+        Node::open_in(config, Environment::real(), transport).await
     }
 
-    /// [`Node::open`] on the given storage and clock (a simulated broker runs on
-    /// `MemStorage` and a `ManualClock`). Only real files are locked against a
-    /// second process.
-    pub fn open_in(config: &BrokerConfig, environment: Environment) -> Result<Node, NodeError> {
+    /// Opens the node on the given storage and clock (a simulated broker runs on
+    /// `MemStorage` and a `ManualClock`), reaching other voters through
+    /// `transport`: the controller first (initialising a new quorum once), this
+    /// broker's registration, the upgrade of a single-node data directory, then
+    /// every local partition as the cluster metadata says. Only real files are
+    /// locked against a second process.
+    pub async fn open_in(
+        config: &BrokerConfig,
+        environment: Environment,
+        transport: Arc<dyn RaftTransport>,
+    ) -> Result<Node, NodeError> {
         let data_dir_lock = match environment.is_real() {
             true => Some(DataDirLock::acquire(&config.data_dir)?),
             false => None,
         };
-        let metadata = MetadataStore::open(environment.storage.clone(), &config.data_dir)?;
-        let mut log_configs = HashMap::new();
-        for (name, record) in &metadata.metadata().topics {
-            let entries: Vec<(String, String)> = record.configs.clone().into_iter().collect();
-            let log_config = apply_topic_configs(&config.log, &entries)
-                .map_err(|error| NodeError::TopicConfig { topic: name.clone(), reason: error.to_string() })?;
-            log_configs.insert(name.clone(), log_config);
-        }
-        let pending_deletions = metadata.metadata().pending_deletions.clone();
-        let log_dir_config = LogDirConfig { environment: environment.clone(), ..config.log_dir_config() };
-        let log_dir = LogDir::open_with(log_dir_config, |directory| {
-            let topic = parse_partition_dir(directory).map_or("", |(topic, _)| topic);
-            match log_configs.get(topic) {
-                Some(log_config) => PartitionDirFate::Open(log_config.clone()),
-                None if pending_deletions.contains(directory) => PartitionDirFate::Delete,
-                None => PartitionDirFate::Leave,
-            }
-        })?;
-        let mut metadata = metadata;
-        if !pending_deletions.is_empty() {
-            metadata.update(|metadata| metadata.pending_deletions.clear())?;
-        }
-        let offline: HashMap<String, String> = log_dir.offline().into_iter().collect();
-        let mut topics = BTreeMap::new();
-        for (name, record) in &metadata.metadata().topics {
-            let slots = (0..record.partition_count)
-                .map(|partition| open_slot(&log_dir, &offline, name, partition, &log_configs[name]))
-                .collect();
-            topics.insert(name.clone(), Arc::new(Topic { slots }));
-        }
-        let (host, port) = split_host_port(config.advertised_listener.as_deref().unwrap_or(&config.listen));
+        let advertised = config.advertised_listener.clone().unwrap_or_else(|| config.listen.clone());
+        let (host, port) = split_host_port(&advertised);
+        let voters: BTreeMap<NodeId, String> = match config.controller.voters.is_empty() {
+            true => BTreeMap::from([(config.broker_id as NodeId, advertised.clone())]),
+            false => config.controller.voters.iter().map(|voter| (voter.id as NodeId, voter.address.clone())).collect(),
+        };
+        let timing = RaftTiming {
+            heartbeat_ms: config.controller.raft_heartbeat_ms,
+            election_timeout_ms: (
+                config.controller.raft_election_timeout_ms,
+                2 * config.controller.raft_election_timeout_ms,
+            ),
+        };
+        let controller = Controller::open(
+            environment.storage.clone(),
+            &config.data_dir,
+            config.broker_id as NodeId,
+            voters,
+            timing,
+            transport,
+        )
+        .await?;
         let mut node = Node {
             broker: BrokerEntry { id: config.broker_id, host, port },
+            incarnation: incarnation(&*environment.clock),
+            broker_epoch: std::sync::atomic::AtomicU64::new(0),
+            stopping: std::sync::atomic::AtomicBool::new(false),
             limits: config.limits.clone(),
             log_defaults: config.log.clone(),
-            log_dir: Mutex::new(Some(log_dir)),
-            metadata: Mutex::new(metadata),
-            topics: RwLock::new(topics),
-            producer_ids: Mutex::new(ProducerIdBlock::default()),
+            data_dir: config.data_dir.clone(),
+            log_dir: Mutex::new(None),
+            controller,
+            topics: RwLock::new(BTreeMap::new()),
+            reconciling: Mutex::new(()),
+            producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             groups: None,
             plugins: Plugins::open(&config.data_dir.join("plugins"), config.plugin_limits(), environment.clone())
                 .map_err(|error| NodeError::Plugins(error.message))?,
@@ -192,9 +259,26 @@ impl Node {
             round_robin: std::sync::atomic::AtomicU64::new(0),
             data_dir_lock: Mutex::new(data_dir_lock),
             clock: environment.clock.clone(),
+            environment,
         };
+        node.join_cluster().await?;
+        let legacy = node.upgrade_legacy_metadata().await?;
+        node.ensure_internal_topics().await?;
+        node.open_log_dir(config, &legacy)?;
+        node.reconcile().map_err(|error| NodeError::Storage(error.message))?;
+        legacy.finish(&node)?;
         node.groups = Some(node.load_group_coordinators()?);
         Ok(node)
+    }
+
+    /// The controller quorum member of this broker.
+    pub fn controller(&self) -> &Controller {
+        &self.controller
+    }
+
+    /// This broker's id.
+    pub fn broker_id(&self) -> i32 {
+        self.broker.id
     }
 
     /// Sets the address clients are told to use (after binding port 0).
@@ -215,6 +299,11 @@ impl Node {
         drop(lock(&self.data_dir_lock).take());
     }
 
+    /// Stops the controller's Raft node (after [`Node::shutdown`]).
+    pub async fn stop_controller(&self) {
+        self.controller.shutdown().await;
+    }
+
     fn topics(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Topic>>> {
         self.topics.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -226,59 +315,81 @@ impl Node {
     fn topic(&self, name: &str) -> Result<Arc<Topic>, ApiError> {
         self.topics().get(name).cloned().ok_or_else(|| ApiError::unknown_topic(name))
     }
+
+    /// Carries a request out on the active controller and waits until this
+    /// broker's image has applied it.
+    async fn request(&self, request: &ControllerRequest) -> Result<ControllerResponse, ApiError> {
+        let response =
+            self.controller.request_until(request, CONTROLLER_REQUEST_TIMEOUT).await.map_err(controller_error)?;
+        if let Some(offset) = response.last_offset {
+            if !self.controller.wait_applied_offset(offset, CONTROLLER_REQUEST_TIMEOUT).await {
+                let message = format!("this broker did not apply metadata offset {offset} in time");
+                return Err(ApiError::new(ErrorCode::RequestTimedOut, message));
+            }
+        }
+        Ok(response)
+    }
+}
+
+/// A value unique to this start of the process.
+fn incarnation(clock: &dyn broker_core::clock::Clock) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STARTS: AtomicU64 = AtomicU64::new(0);
+    let count = STARTS.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{}-{count}", clock.now_ms(), std::process::id())
+}
+
+/// A controller answer as the client is told it.
+fn controller_error(error: SubmitError<ControllerError>) -> ApiError {
+    match error {
+        SubmitError::Refused(refused) => {
+            let code = match &refused {
+                ControllerError::TopicExists(_) => ErrorCode::TopicAlreadyExists,
+                ControllerError::UnknownTopic(_) => ErrorCode::UnknownTopicOrPartition,
+                ControllerError::InvalidPartitions(_) => ErrorCode::InvalidPartitions,
+                ControllerError::InvalidReplicationFactor { .. } => ErrorCode::InvalidReplicationFactor,
+                ControllerError::UnknownBroker(_) | ControllerError::StaleBrokerEpoch { .. } => {
+                    ErrorCode::InvalidRequest
+                }
+                ControllerError::UnknownPlugin(_) => ErrorCode::PluginNotFound,
+            };
+            ApiError::new(code, refused.to_string())
+        }
+        SubmitError::NotController { .. } | SubmitError::Failed(_) => {
+            ApiError::new(ErrorCode::RequestTimedOut, error.to_string())
+        }
+    }
 }
 
 impl Slot {
     fn partition(&self) -> Option<&Partition> {
         match self {
             Slot::Online { partition, .. } => Some(partition),
-            Slot::Offline { .. } => None,
+            Slot::Offline { .. } | Slot::Remote => None,
         }
     }
 
-    fn online(&self) -> Result<(&Partition, &Mutex<ProducerStates>), ApiError> {
+    /// The partition and its producer table, when this broker leads it, with the
+    /// leader epoch to stamp; else why not.
+    fn led(&self) -> Result<(&Partition, &Mutex<ProducerStates>, i32), ApiError> {
         match self {
-            Slot::Online { partition, producers } => Ok((partition, producers)),
+            Slot::Online { partition, producers, leadership } => match leadership.epoch() {
+                Some(leader_epoch) => Ok((partition, producers, leader_epoch)),
+                None => Err(not_leader(partition.name())),
+            },
             Slot::Offline { reason } => Err(ApiError::new(ErrorCode::StorageError, reason.clone())),
+            Slot::Remote => Err(ApiError::new(ErrorCode::NotLeaderOrFollower, "this broker holds no replica of it")),
         }
     }
 }
 
-fn open_slot(
-    log_dir: &LogDir,
-    offline: &HashMap<String, String>,
-    topic: &str,
-    partition: u32,
-    config: &LogConfig,
-) -> Slot {
-    let name = format!("{topic}-{partition}");
-    if let Some(reason) = offline.get(&name) {
-        return Slot::Offline { reason: format!("partition {name} is offline: {reason}") };
-    }
-    let opened = match log_dir.partition(&name) {
-        Some(open) => Ok(open),
-        None => log_dir.create_partition_with(topic, partition, config.clone()),
-    };
-    match opened.map_err(ApiError::from).and_then(|partition| Ok((rebuild_producer_states(&partition)?, partition))) {
-        Ok((producers, partition)) => Slot::Online { partition, producers: Mutex::new(producers) },
-        Err(error) => {
-            tracing::error!(partition = %name, %error, "partition offline");
-            Slot::Offline { reason: format!("partition {name} is offline: {error}") }
-        }
-    }
+fn not_leader(partition: &str) -> ApiError {
+    ApiError::new(ErrorCode::NotLeaderOrFollower, format!("this broker does not lead {partition}"))
 }
 
 /// Internal topics (`__…`): written by the broker only, left out of listings.
 fn is_internal(topic: &str) -> bool {
     topic.starts_with("__")
-}
-
-fn storage_error(error: MetadataError) -> ApiError {
-    ApiError::new(ErrorCode::StorageError, error.to_string())
-}
-
-fn shutting_down() -> ApiError {
-    ApiError::new(ErrorCode::NotLeaderOrFollower, "the broker is shutting down")
 }
 
 /// `host:port` → parts (validated by the config already; port 0 until bound).

@@ -27,7 +27,7 @@ impl Node {
     }
 
     /// Deploys a transform (see [`crate::transforms`]).
-    pub fn deploy_transform(self: &Arc<Self>, spec: TransformSpec) -> Result<(), ApiError> {
+    pub async fn deploy_transform(self: &Arc<Self>, spec: TransformSpec) -> Result<(), ApiError> {
         for topic in std::iter::once(&spec.input_topic).chain(&spec.output_topics) {
             if is_internal(topic) {
                 return Err(ApiError::new(ErrorCode::InvalidTopic, format!("{topic:?} is an internal topic")));
@@ -35,7 +35,15 @@ impl Node {
             self.topic(topic)?;
         }
         let partitions = self.partition_count(&spec.input_topic)? as i32;
-        self.transforms.deploy(self, spec, partitions)
+        // One idempotent producer per input partition (its outputs dedup on retry).
+        let mut producer_ids = BTreeMap::new();
+        for partition in 0..partitions {
+            producer_ids.insert(partition, self.init_producer_id().await?.0);
+        }
+        let node = self.clone();
+        tokio::task::spawn_blocking(move || node.transforms.deploy(&node, spec, producer_ids)).await.unwrap_or_else(
+            |error| Err(ApiError::new(ErrorCode::UnknownServerError, format!("deploying failed: {error}"))),
+        )
     }
 
     pub fn list_transforms(&self) -> Vec<TransformStatus> {
@@ -106,10 +114,6 @@ impl TransformHost for Node {
         config: Vec<(String, String)>,
     ) -> Result<plugin_host::Plugin, ApiError> {
         self.plugins.start_transform(plugin, config)
-    }
-
-    fn init_producer_id(&self) -> Result<(i64, i16), ApiError> {
-        Node::init_producer_id(self)
     }
 
     fn list_offset(&self, topic: &str, partition: i32, query: OffsetQuery) -> Result<(i64, i64), ApiError> {

@@ -1,12 +1,16 @@
-//! Topics on [`Node`]: create (durable in the metadata before the logs change),
-//! delete, configs, listings and the metadata clients route by.
+//! Topics on [`Node`]: create, delete and alter go to the active controller (as
+//! `ControllerRequest`s, forwarded when this broker is not it); once this broker's
+//! image has applied the change, its partitions follow (`reconcile.rs`).
+//! Listings, descriptions and the metadata clients route by are read from the
+//! applied image.
 
 use super::*;
 
 impl Node {
-    /// Creates a topic: durable in the metadata first, then its partition logs.
-    pub fn create_topic(
-        &self,
+    /// Creates a topic: validated here, committed by the controller, then opened
+    /// on the brokers that hold its replicas.
+    pub async fn create_topic(
+        self: &Arc<Self>,
         name: &str,
         partition_count: i32,
         replication_factor: i16,
@@ -22,144 +26,92 @@ impl Node {
             return Err(ApiError::new(ErrorCode::InvalidPartitions, message));
         }
         let replication_factor = if replication_factor == -1 { 1 } else { replication_factor };
-        if replication_factor != 1 {
-            let message =
-                format!("replication factor {replication_factor} needs that many brokers; this cluster has 1");
+        if !(1..=i16::from(u8::MAX)).contains(&replication_factor) {
+            let message = format!("replication factor must be at least 1, got {replication_factor}");
             return Err(ApiError::new(ErrorCode::InvalidReplicationFactor, message));
         }
-        self.create_topic_unchecked(name, partition_count as u32, replication_factor, configs)
-    }
-
-    /// Creates a topic whose name, partition count and replication factor are
-    /// already checked (or internal).
-    pub(super) fn create_topic_unchecked(
-        &self,
-        name: &str,
-        partition_count: u32,
-        replication_factor: i16,
-        configs: &[(String, String)],
-    ) -> Result<(), ApiError> {
-        let log_config = self.topic_log_config(configs)?;
-        let mut metadata = lock(&self.metadata);
-        if metadata.metadata().topics.contains_key(name) {
-            return Err(ApiError::new(ErrorCode::TopicAlreadyExists, format!("topic {name:?} already exists")));
+        self.topic_log_config(configs)?;
+        let foreign = self.foreign_directories(name, partition_count as u32);
+        if let Some(directory) = foreign.first() {
+            let message = format!(
+                "{} exists but belongs to no topic; move it out of the data directory first",
+                self.data_dir.join(directory).display()
+            );
+            return Err(ApiError::new(ErrorCode::TopicAlreadyExists, message));
         }
-        let record = TopicRecord { partition_count, replication_factor, configs: configs.iter().cloned().collect() };
-        let log_dir = lock(&self.log_dir);
-        let log_dir = log_dir.as_ref().ok_or_else(shutting_down)?;
-        self.clear_partition_dirs(&mut metadata, log_dir, name, record.partition_count)?;
-        metadata.update(|metadata| metadata.topics.insert(name.to_owned(), record.clone())).map_err(storage_error)?;
-        let slots = {
-            (0..record.partition_count)
-                .map(|partition| open_slot(log_dir, &HashMap::new(), name, partition, &log_config))
-                .collect()
+        let request = ControllerRequest::CreateTopic {
+            name: name.to_owned(),
+            partition_count: partition_count as u32,
+            replication_factor: replication_factor as u16,
+            configs: configs.iter().cloned().collect(),
+            // No replication yet: only the leader holds the data.
+            initial_isr: IsrChoice::LeaderOnly,
         };
-        self.topics_mut().insert(name.to_owned(), Arc::new(Topic { slots }));
-        tracing::info!(topic = %name, partition_count, "topic created");
+        self.request(&request).await?;
+        self.reconcile_off_thread().await?;
+        tracing::info!(topic = %name, partition_count, replication_factor, "topic created");
         Ok(())
     }
 
-    /// A new topic's partition directories must not exist: leftovers of a deletion
-    /// that did not finish are deleted now; anything else is refused (never adopt
-    /// or destroy data no topic owns).
-    pub(super) fn clear_partition_dirs(
-        &self,
-        metadata: &mut MetadataStore,
-        log_dir: &LogDir,
-        topic: &str,
-        partition_count: u32,
-    ) -> Result<(), ApiError> {
-        for partition in 0..partition_count {
-            let directory = format!("{topic}-{partition}");
-            if metadata.metadata().pending_deletions.contains(&directory) {
-                log_dir.delete_partition(&directory)?;
-                metadata.update(|metadata| metadata.pending_deletions.remove(&directory)).map_err(storage_error)?;
-            } else if log_dir.holds(&directory) {
-                let message = format!(
-                    "{} exists but belongs to no topic; move it out of the data directory first",
-                    log_dir.path().join(&directory).display()
-                );
-                return Err(ApiError::new(ErrorCode::TopicAlreadyExists, message));
-            }
-        }
-        Ok(())
-    }
-
-    /// Deletes a topic: gone from the metadata (its directories recorded as
-    /// pending deletions) first, then its partitions' files, then the record.
-    pub fn delete_topic(&self, name: &str) -> Result<(), ApiError> {
+    /// Deletes a topic: gone from the cluster metadata first, then each broker
+    /// deletes its partitions' files.
+    pub async fn delete_topic(self: &Arc<Self>, name: &str) -> Result<(), ApiError> {
         if name.starts_with("__") {
             return Err(ApiError::new(ErrorCode::InvalidTopic, format!("{name:?} is an internal topic")));
         }
-        let mut metadata = lock(&self.metadata);
-        let Some(record) = metadata.metadata().topics.get(name).cloned() else {
-            return Err(ApiError::unknown_topic(name));
-        };
-        let directories: Vec<String> =
-            (0..record.partition_count).map(|partition| format!("{name}-{partition}")).collect();
-        metadata
-            .update(|metadata| {
-                metadata.topics.remove(name);
-                metadata.pending_deletions.extend(directories.iter().cloned());
-            })
-            .map_err(storage_error)?;
-        self.topics_mut().remove(name);
-        if let Some(log_dir) = lock(&self.log_dir).as_ref() {
-            for directory in &directories {
-                log_dir.delete_partition(directory)?;
-            }
-        }
-        metadata
-            .update(|metadata| metadata.pending_deletions.retain(|directory| !directories.contains(directory)))
-            .map_err(storage_error)?;
-        drop(metadata);
-        self.plugins.topic_deleted(name)?;
-        tracing::info!(topic = %name, "topic deleted");
-        Ok(())
+        self.request(&ControllerRequest::DeleteTopic { name: name.to_owned() }).await?;
+        self.reconcile_off_thread().await
+    }
+
+    /// Runs [`Node::reconcile`] on the blocking pool (it opens and deletes files).
+    pub(super) async fn reconcile_off_thread(self: &Arc<Self>) -> Result<(), ApiError> {
+        let node = self.clone();
+        tokio::task::spawn_blocking(move || node.reconcile()).await.unwrap_or_else(|error| {
+            Err(ApiError::new(ErrorCode::UnknownServerError, format!("reconciling partitions failed: {error}")))
+        })
     }
 
     /// Topic names, without internal ones (`__consumer_offsets`).
     pub fn list_topics(&self) -> Vec<String> {
-        self.topics().keys().filter(|name| !is_internal(name)).cloned().collect()
+        self.controller.read(|image| image.topics.keys().filter(|name| !is_internal(name)).cloned().collect())
     }
 
     pub fn describe_topic(&self, name: &str) -> Result<TopicDescription, ApiError> {
-        let topic = self.topic(name)?;
-        let configs = match topic.slots.iter().find_map(Slot::partition) {
+        let image = self.controller.read(|image| image.topics.get(name).cloned());
+        let image = image.ok_or_else(|| ApiError::unknown_topic(name))?;
+        let local = self.topics().get(name).cloned();
+        let configs = match local.as_ref().and_then(|topic| topic.slots.iter().find_map(Slot::partition)) {
             Some(partition) => effective_topic_configs(&partition.config()),
             None => {
-                let overrides = lock(&self.metadata).metadata().topics.get(name).map(entries).unwrap_or_default();
+                let overrides: Vec<(String, String)> = image.configs.clone().into_iter().collect();
                 effective_topic_configs(&self.topic_log_config(&overrides)?)
             }
         };
-        Ok(TopicDescription { name: name.to_owned(), partitions: self.partition_infos(&topic), configs })
+        let partitions = self.partition_infos(&image, local.as_deref());
+        Ok(TopicDescription { name: name.to_owned(), partitions, configs })
     }
 
     /// Sets config overrides; an empty value removes the override (back to the
     /// broker default). Validated as a whole before anything changes.
-    pub fn alter_topic_config(&self, name: &str, changes: &[(String, String)]) -> Result<(), ApiError> {
-        let mut metadata = lock(&self.metadata);
-        let topic = self.topic(name)?;
-        let mut overrides =
-            metadata.metadata().topics.get(name).map(|record| record.configs.clone()).unwrap_or_default();
+    pub async fn alter_topic_config(
+        self: &Arc<Self>,
+        name: &str,
+        changes: &[(String, String)],
+    ) -> Result<(), ApiError> {
+        let current = self.controller.read(|image| image.topics.get(name).map(|topic| topic.configs.clone()));
+        let mut overrides = current.ok_or_else(|| ApiError::unknown_topic(name))?;
         for (key, value) in changes {
             match value.is_empty() {
                 true => overrides.remove(key),
                 false => overrides.insert(key.clone(), value.clone()),
             };
         }
-        let log_config = self.topic_log_config(&overrides.clone().into_iter().collect::<Vec<_>>())?;
-        metadata
-            .update(|metadata| {
-                if let Some(record) = metadata.topics.get_mut(name) {
-                    record.configs = overrides.clone();
-                }
-            })
-            .map_err(storage_error)?;
-        for partition in topic.slots.iter().filter_map(Slot::partition) {
-            partition.set_config(log_config.clone())?;
-        }
-        tracing::info!(topic = %name, ?changes, "topic configs altered");
+        self.topic_log_config(&overrides.into_iter().collect::<Vec<_>>())?;
+        let changes =
+            changes.iter().map(|(key, value)| (key.clone(), (!value.is_empty()).then(|| value.clone()))).collect();
+        self.request(&ControllerRequest::AlterConfigs { topic: name.to_owned(), changes }).await?;
+        self.reconcile_off_thread().await?;
+        tracing::info!(topic = %name, "topic configs altered");
         Ok(())
     }
 
@@ -170,56 +122,68 @@ impl Node {
 
     /// Brokers and the given topics (all when `names` is empty).
     pub fn metadata(&self, names: &[String]) -> ClusterInfo {
-        let topics = self.topics();
-        let infos = if names.is_empty() {
-            topics
-                .iter()
-                .filter(|(name, _)| !is_internal(name))
-                .map(|(name, topic)| self.topic_info(name, topic))
-                .collect()
-        } else {
-            names
-                .iter()
-                .map(|name| match topics.get(name) {
-                    Some(topic) => self.topic_info(name, topic),
-                    None => TopicInfo {
-                        name: name.clone(),
-                        partitions: Vec::new(),
-                        error: Some(ApiError::unknown_topic(name)),
-                        partitioner: None,
-                    },
+        let (brokers, topics) = self.controller.read(|image| {
+            let brokers: Vec<BrokerEntry> = image
+                .brokers
+                .values()
+                .filter(|broker| !broker.fenced)
+                .map(|broker| BrokerEntry {
+                    id: broker.registration.broker_id,
+                    host: broker.registration.host.clone(),
+                    port: broker.registration.port,
                 })
-                .collect()
-        };
-        ClusterInfo { brokers: vec![self.broker.clone()], controller_id: self.broker.id, topics: infos }
+                .collect();
+            let topics: Vec<(String, Option<TopicImage>)> = match names.is_empty() {
+                true => image
+                    .topics
+                    .iter()
+                    .filter(|(name, _)| !is_internal(name))
+                    .map(|(name, topic)| (name.clone(), Some(topic.clone())))
+                    .collect(),
+                false => names.iter().map(|name| (name.clone(), image.topics.get(name).cloned())).collect(),
+            };
+            (brokers, topics)
+        });
+        let local = self.topics();
+        let infos = topics
+            .into_iter()
+            .map(|(name, image)| match image {
+                Some(image) => TopicInfo {
+                    partitions: self.partition_infos(&image, local.get(&name).map(|topic| &**topic)),
+                    error: None,
+                    partitioner: self.plugins.partitioner_of(&name),
+                    name,
+                },
+                None => TopicInfo {
+                    error: Some(ApiError::unknown_topic(&name)),
+                    name,
+                    partitions: Vec::new(),
+                    partitioner: None,
+                },
+            })
+            .collect();
+        let controller_id = self.controller.active_controller().map_or(-1, |id| id as i32);
+        ClusterInfo { brokers, controller_id, topics: infos }
     }
 
-    pub(super) fn topic_info(&self, name: &str, topic: &Topic) -> TopicInfo {
-        TopicInfo {
-            name: name.to_owned(),
-            partitions: self.partition_infos(topic),
-            error: None,
-            partitioner: self.plugins.partitioner_of(name),
-        }
+    /// Each partition's leadership from the image; a partition this broker holds
+    /// but could not open reports why.
+    fn partition_infos(&self, image: &TopicImage, local: Option<&Topic>) -> Vec<PartitionInfo> {
+        image
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(index, state)| PartitionInfo {
+                partition: index as i32,
+                leader: state.leader,
+                leader_epoch: state.leader_epoch,
+                replicas: state.replicas.clone(),
+                isr: state.isr.clone(),
+                error: match local.and_then(|topic| topic.slots.get(index)) {
+                    Some(Slot::Offline { reason }) => Some(ApiError::new(ErrorCode::StorageError, reason.clone())),
+                    _ => None,
+                },
+            })
+            .collect()
     }
-
-    pub(super) fn partition_infos(&self, topic: &Topic) -> Vec<PartitionInfo> {
-        let id = self.broker.id;
-        let info = |(index, slot): (usize, &Slot)| PartitionInfo {
-            partition: index as i32,
-            leader: id,
-            leader_epoch: LEADER_EPOCH,
-            replicas: vec![id],
-            isr: vec![id],
-            error: match slot {
-                Slot::Online { .. } => None,
-                Slot::Offline { reason } => Some(ApiError::new(ErrorCode::StorageError, reason.clone())),
-            },
-        };
-        topic.slots.iter().enumerate().map(info).collect()
-    }
-}
-
-pub(super) fn entries(record: &TopicRecord) -> Vec<(String, String)> {
-    record.configs.clone().into_iter().collect()
 }

@@ -1,0 +1,268 @@
+//! Local partitions follow the cluster metadata: [`Node::reconcile`] compares the
+//! applied image with what this broker holds and opens, deletes or re-leads
+//! partitions to match. It runs at start-up, after every admin request this broker
+//! made, and whenever the image moves (a change made on another broker).
+//!
+//! Each partition directory carries `partition.metadata` (JSON: cluster id, topic
+//! id, topic, partition), written before its log is created. It is how start-up
+//! tells, without guessing by name:
+//! 1. a partition of a live topic (same cluster, same topic id) — opened;
+//! 2. a partition of a topic this cluster deleted (same cluster, a topic id the
+//!    image no longer has) — deleted, finishing a deletion a crash interrupted;
+//! 3. anything else (another cluster's data, a backup, a directory without the
+//!    file) — left untouched, with a warning, and a topic never takes it over.
+//!
+//! Directories of a single-node data directory written before the controller
+//! existed have no `partition.metadata`; the upgrade (`upgrade.rs`) adopts them.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// File inside each partition directory.
+pub(super) const PARTITION_METADATA_FILE: &str = "partition.metadata";
+const PARTITION_METADATA_VERSION: u32 = 1;
+
+/// `partition.metadata`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct PartitionMetadata {
+    pub version: u32,
+    pub cluster_id: String,
+    pub topic_id: u64,
+    pub topic: String,
+    pub partition: u32,
+}
+
+impl Node {
+    fn read_partition_metadata(&self, directory: &str) -> Option<PartitionMetadata> {
+        let path = self.data_dir.join(directory).join(PARTITION_METADATA_FILE);
+        let bytes = broker_core::storage::read_file(&*self.environment.storage, &path).ok()??;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Writes `partition.metadata` into `directory` (created when missing).
+    pub(super) fn write_partition_metadata(
+        &self,
+        directory: &str,
+        metadata: &PartitionMetadata,
+    ) -> Result<(), ApiError> {
+        let dir = self.data_dir.join(directory);
+        let storage = &*self.environment.storage;
+        let failed = |error: std::io::Error| {
+            ApiError::new(
+                ErrorCode::StorageError,
+                format!("write {}/{PARTITION_METADATA_FILE}: {error}", dir.display()),
+            )
+        };
+        storage.create_dir_all(&dir).map_err(failed)?;
+        let bytes = serde_json::to_vec(metadata).map_err(|error| failed(std::io::Error::other(error)))?;
+        broker_core::storage::replace_file(storage, &dir.join(PARTITION_METADATA_FILE), &bytes).map_err(failed)?;
+        storage.sync_dir(&self.data_dir).map_err(failed)
+    }
+
+    /// Opens the data directory, deciding each partition directory's fate as the
+    /// module docs say (`adopted`: directories the upgrade takes over; `doomed`:
+    /// deletions it finishes).
+    pub(super) fn open_log_dir(
+        &self,
+        config: &BrokerConfig,
+        upgrade: &upgrade::LegacyUpgrade,
+    ) -> Result<(), NodeError> {
+        let (cluster_id, topics) = self.controller.read(|image| (image.cluster_id.clone(), image.topics.clone()));
+        let mut log_configs = HashMap::new();
+        for (name, topic) in &topics {
+            let entries: Vec<(String, String)> = topic.configs.clone().into_iter().collect();
+            let log_config = apply_topic_configs(&config.log, &entries)
+                .map_err(|error| NodeError::TopicConfig { topic: name.clone(), reason: error.to_string() })?;
+            log_configs.insert(name.clone(), log_config);
+        }
+        let log_dir_config = LogDirConfig { environment: self.environment.clone(), ..config.log_dir_config() };
+        let broker_id = self.broker.id;
+        let log_dir = LogDir::open_with(log_dir_config, |directory| {
+            let Some((topic_name, partition)) = parse_partition_dir(directory) else { return PartitionDirFate::Leave };
+            let local = topics.get(topic_name).and_then(|topic| {
+                let state = topic.partitions.get(partition as usize)?;
+                state.replicas.contains(&broker_id).then_some(topic.topic_id)
+            });
+            match self.read_partition_metadata(directory) {
+                Some(metadata) if Some(&metadata.cluster_id) == cluster_id.as_ref() => {
+                    match local == Some(metadata.topic_id) {
+                        true => PartitionDirFate::Open(log_configs[topic_name].clone()),
+                        false => PartitionDirFate::Delete,
+                    }
+                }
+                Some(metadata) => {
+                    tracing::warn!(directory, cluster = %metadata.cluster_id, "a partition of another cluster; left untouched");
+                    PartitionDirFate::Leave
+                }
+                None if upgrade.adopts(directory) && local.is_some() => {
+                    PartitionDirFate::Open(log_configs[topic_name].clone())
+                }
+                None if upgrade.dooms(directory) => PartitionDirFate::Delete,
+                None => PartitionDirFate::Leave,
+            }
+        })?;
+        *lock(&self.log_dir) = Some(log_dir);
+        Ok(())
+    }
+
+    /// Reconciles whenever the applied image moves (changes made on other
+    /// brokers, leadership moved by the controller); runs until aborted.
+    pub async fn follow_metadata(self: Arc<Self>) {
+        let mut applied_index = self.controller.applied().applied_index.clone();
+        while applied_index.changed().await.is_ok() {
+            if let Err(error) = self.reconcile_off_thread().await {
+                tracing::error!(%error, "local partitions do not follow the cluster metadata");
+            }
+        }
+    }
+
+    /// Makes the local partitions match the applied image (see the module docs).
+    pub(super) fn reconcile(&self) -> Result<(), ApiError> {
+        let _one_at_a_time = lock(&self.reconciling);
+        let (cluster_id, wanted) = self.controller.read(|image| (image.cluster_id.clone(), image.topics.clone()));
+        let cluster_id = cluster_id.unwrap_or_default();
+        let log_dir = lock(&self.log_dir);
+        let Some(log_dir) = log_dir.as_ref() else { return Ok(()) };
+        let current = self.topics().clone();
+        for (name, topic) in &current {
+            if wanted.get(name).map(|wanted| wanted.topic_id) != Some(topic.topic_id) {
+                self.remove_topic(log_dir, name, topic, wanted.contains_key(name))?;
+            }
+        }
+        let offline: HashMap<String, String> = log_dir.offline().into_iter().collect();
+        for (name, image) in &wanted {
+            match current.get(name).filter(|topic| topic.topic_id == image.topic_id) {
+                Some(topic) => self.update_topic(name, topic, image)?,
+                None => {
+                    let topic = self.open_topic(log_dir, &offline, &cluster_id, name, image)?;
+                    self.topics_mut().insert(name.clone(), Arc::new(topic));
+                    tracing::info!(topic = %name, topic_id = image.topic_id, "topic opened");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_topic(&self, log_dir: &LogDir, name: &str, topic: &Topic, recreated: bool) -> Result<(), ApiError> {
+        self.topics_mut().remove(name);
+        for (index, slot) in topic.slots.iter().enumerate() {
+            if !matches!(slot, Slot::Remote) {
+                log_dir.delete_partition(&format!("{name}-{index}"))?;
+            }
+        }
+        if !recreated {
+            self.plugins.topic_deleted(name)?;
+        }
+        tracing::info!(topic = %name, topic_id = topic.topic_id, "topic deleted");
+        Ok(())
+    }
+
+    fn update_topic(&self, name: &str, topic: &Topic, image: &TopicImage) -> Result<(), ApiError> {
+        let mut configs = lock(&topic.configs);
+        if *configs != image.configs {
+            let entries: Vec<(String, String)> = image.configs.clone().into_iter().collect();
+            let log_config = self.topic_log_config(&entries)?;
+            for partition in topic.slots.iter().filter_map(Slot::partition) {
+                partition.set_config(log_config.clone())?;
+            }
+            *configs = image.configs.clone();
+            tracing::info!(topic = %name, "topic configs applied");
+        }
+        for (slot, state) in topic.slots.iter().zip(&image.partitions) {
+            if let Slot::Online { leadership, .. } = slot {
+                leadership.set(state.leader == self.broker.id, state.leader_epoch);
+            }
+        }
+        Ok(())
+    }
+
+    fn open_topic(
+        &self,
+        log_dir: &LogDir,
+        offline: &HashMap<String, String>,
+        cluster_id: &str,
+        name: &str,
+        image: &TopicImage,
+    ) -> Result<Topic, ApiError> {
+        let entries: Vec<(String, String)> = image.configs.clone().into_iter().collect();
+        let log_config = self.topic_log_config(&entries)?;
+        let mut slots = Vec::with_capacity(image.partitions.len());
+        for (index, state) in image.partitions.iter().enumerate() {
+            if !state.replicas.contains(&self.broker.id) {
+                slots.push(Slot::Remote);
+                continue;
+            }
+            let metadata = PartitionMetadata {
+                version: PARTITION_METADATA_VERSION,
+                cluster_id: cluster_id.to_owned(),
+                topic_id: image.topic_id,
+                topic: name.to_owned(),
+                partition: index as u32,
+            };
+            let slot = self.open_slot(log_dir, offline, &metadata, &log_config);
+            if let Slot::Online { leadership, .. } = &slot {
+                leadership.set(state.leader == self.broker.id, state.leader_epoch);
+            }
+            slots.push(slot);
+        }
+        Ok(Topic { topic_id: image.topic_id, configs: Mutex::new(image.configs.clone()), slots })
+    }
+
+    /// Opens (or creates) one local partition; never takes over a directory that
+    /// belongs to something else.
+    fn open_slot(
+        &self,
+        log_dir: &LogDir,
+        offline: &HashMap<String, String>,
+        metadata: &PartitionMetadata,
+        config: &LogConfig,
+    ) -> Slot {
+        let name = format!("{}-{}", metadata.topic, metadata.partition);
+        if let Some(reason) = offline.get(&name) {
+            return Slot::Offline { reason: format!("partition {name} is offline: {reason}") };
+        }
+        let opened = match log_dir.partition(&name) {
+            Some(open) => {
+                // Opened at start-up: adopted by the upgrade when it has no file yet.
+                if self.read_partition_metadata(&name).is_none() {
+                    if let Err(error) = self.write_partition_metadata(&name, metadata) {
+                        return Slot::Offline { reason: error.message };
+                    }
+                }
+                Ok(open)
+            }
+            None if log_dir.holds(&name) && self.read_partition_metadata(&name).as_ref() != Some(metadata) => {
+                let reason = format!(
+                    "{} exists but belongs to no topic of this cluster; move it out of the data directory",
+                    self.data_dir.join(&name).display()
+                );
+                tracing::error!(partition = %name, %reason, "partition offline");
+                return Slot::Offline { reason };
+            }
+            None => self.write_partition_metadata(&name, metadata).and_then(|()| {
+                Ok(log_dir.create_partition_with(&metadata.topic, metadata.partition, config.clone())?)
+            }),
+        };
+        match opened.and_then(|partition| Ok((rebuild_producer_states(&partition)?, partition))) {
+            Ok((producers, partition)) => {
+                Slot::Online { partition, producers: Mutex::new(producers), leadership: Leadership::default() }
+            }
+            Err(error) => {
+                tracing::error!(partition = %name, %error, "partition offline");
+                Slot::Offline { reason: format!("partition {name} is offline: {error}") }
+            }
+        }
+    }
+
+    /// Local directories a new topic's partitions would take that hold something
+    /// else: such a topic is refused (never adopt data no topic owns).
+    pub(super) fn foreign_directories(&self, name: &str, partition_count: u32) -> Vec<String> {
+        let storage = &*self.environment.storage;
+        (0..partition_count)
+            .map(|partition| format!("{name}-{partition}"))
+            .filter(|directory| storage.exists(&self.data_dir.join(directory)))
+            .filter(|directory| self.read_partition_metadata(directory).is_none())
+            .collect()
+    }
+}
