@@ -361,4 +361,7 @@ interface Broker {
   # ways. `kind` names the call (append-entries, vote, install-snapshot,
   # controller-request, broker-heartbeat).
   controllerCall @10 (kind :Text, payload :Data) -> (payload :Data, error :Error);
+  # The broker that coordinates a consumer group (the leader of the group's
+  # partition of __consumer_offsets); send the group's calls there.
+  findCoordinator @11 (groupId :Text) -> (coordinator :BrokerInfo, error :Error);
 }

@@ -118,6 +118,9 @@ error_codes! {
     /// No connection to the broker could be made, or it broke with a call in
     /// flight. Client-side only: a broker never sends it.
     NetworkError = 34, retriable: true;
+    /// The broker asked does not coordinate this consumer group (it moved, or the
+    /// client asked the wrong broker): find the coordinator again and retry.
+    NotCoordinator = 35, retriable: true;
 }
 
 impl ErrorCode {
@@ -177,7 +180,8 @@ mod tests {
 31 InvalidPlugin false
 32 PluginNotFound false
 33 PluginInUse false
-34 NetworkError true";
+34 NetworkError true
+35 NotCoordinator true";
         assert_eq!(table.join("\n"), expected);
     }
 

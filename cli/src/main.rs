@@ -1,6 +1,7 @@
 //! `weir`: the one command for running a Weir broker and talking to it.
 //!
-//! Subcommands live in their own modules: `serve` (run the broker), `topic`,
+//! Subcommands live in their own modules: `serve` (run the broker), `cluster`
+//! (brokers and the controller), `topic`,
 //! `group`, `plugin` and `transform` (admin of topics, consumer groups, plugins
 //! and transform deployments), `produce` and `consume`
 //! (records over stdin/stdout), `bench`
@@ -13,6 +14,7 @@
 //! (clap's own report).
 
 mod bench;
+mod cluster;
 mod consume;
 mod dump_log;
 mod group;
@@ -39,12 +41,19 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a broker: single node, data under a local directory, no external services.
+    /// Run a broker: by default a single node (a controller quorum of one), data
+    /// under a local directory, no external services; with --node-id and
+    /// --controller-voters, one broker of a cluster.
     ///
     /// Settings come from (lowest to highest) built-in defaults, the TOML file
     /// given with --config (see broker/server/weir.example.toml), environment
     /// variables and flags. Shuts down cleanly on Ctrl-C / SIGTERM.
     Serve(serve::ServeArgs),
+    /// Show the cluster: brokers with their epoch and state, the active controller.
+    Cluster {
+        #[command(subcommand)]
+        command: cluster::ClusterCommand,
+    },
     /// Create, list, describe, delete topics and change their configs.
     Topic {
         #[command(subcommand)]
@@ -144,6 +153,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Cluster { command } => block_on(cluster::run(command)),
         Command::Topic { command } => block_on(topic::run(command)),
         Command::Group { command } => block_on(group::run(command)),
         Command::Plugin { command } => block_on(plugin::run(command)),

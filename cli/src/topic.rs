@@ -222,9 +222,10 @@ async fn describe(name: &str, client: &ClientArgs) -> anyhow::Result<()> {
     let description = admin.describe_topic(name).await?;
     let mut partitions = Vec::new();
     for partition in &description.partitions {
-        let (log_start_offset, high_watermark) = match partition.error {
-            None => admin.watermarks(name, partition.partition).await?,
-            Some(_) => (-1, -1),
+        // A partition without a leader (its broker is down) has no watermarks to ask for.
+        let (log_start_offset, high_watermark) = match (&partition.error, partition.leader) {
+            (None, leader) if leader >= 0 => admin.watermarks(name, partition.partition).await?,
+            _ => (-1, -1),
         };
         partitions.push((partition, log_start_offset, high_watermark));
     }

@@ -48,6 +48,37 @@ impl NewTopic {
     }
 }
 
+/// The cluster as one broker sees it (`cluster_status`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterStatus {
+    pub cluster_id: String,
+    /// The active controller's broker id; -1 when the answering broker knows none.
+    pub active_controller: i32,
+    /// The controller quorum's voters.
+    pub voters: Vec<i32>,
+    pub brokers: Vec<BrokerStatus>,
+    /// The broker that answered.
+    pub answered_by: i32,
+    /// The last metadata offset the answering broker applied (-1: none).
+    pub metadata_offset: i64,
+}
+
+/// One registered broker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerStatus {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+    /// The offset of its registration: a restart registers anew.
+    pub epoch: i64,
+    /// `active` (may lead) or `fenced` (stopped, or not heard from).
+    pub state: String,
+    pub rack: Option<String>,
+    /// The last metadata offset it reported to the active controller (-1: not
+    /// known to the answering broker).
+    pub metadata_offset: i64,
+}
+
 /// A topic's partitions and effective configs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicDescription {
@@ -153,6 +184,51 @@ impl Admin {
         Fut: std::future::Future<Output = Result<T, ClientError>> + 'static,
     {
         let connection: Connection = self.cluster.any_connection().await?;
+        self.with_admin_of(connection, operation, call).await
+    }
+
+    /// Runs `call` with the `Admin` capability of the broker coordinating
+    /// `group_id`; a `NotCoordinator` answer (the group moved) is retried once
+    /// against the coordinator found again.
+    async fn with_group_admin<T, F, Fut>(
+        &self,
+        group_id: &str,
+        operation: &'static str,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        T: Send + 'static,
+        F: Fn(admin::Client, String) -> Fut + Send + Sync + Clone + 'static,
+        Fut: std::future::Future<Output = Result<T, ClientError>> + 'static,
+    {
+        let mut attempt = 0;
+        loop {
+            let outcome = match self.cluster.coordinator(group_id).await {
+                Ok(connection) => self.with_admin_of(connection, operation, call.clone()).await,
+                Err(error) => Err(error),
+            };
+            match outcome {
+                Err(error) if attempt == 0 && error.code() == ErrorCode::NotCoordinator => {
+                    let _ = self.cluster.forget_coordinator_on(group_id, error);
+                    attempt += 1;
+                }
+                Err(error) => return Err(self.cluster.forget_coordinator_on(group_id, error)),
+                Ok(value) => return Ok(value),
+            }
+        }
+    }
+
+    async fn with_admin_of<T, F, Fut>(
+        &self,
+        connection: Connection,
+        operation: &'static str,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        T: Send + 'static,
+        F: FnOnce(admin::Client, String) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, ClientError>> + 'static,
+    {
         let address = connection.address().to_owned();
         let work = connection.call(move |client: broker::Client| async move {
             let admin = client.admin_request().send().pipeline.get_admin();
@@ -239,6 +315,44 @@ impl Admin {
         .await
     }
 
+    /// Brokers with their epoch and state, the active controller, the voters.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, ClientError> {
+        self.with_admin("describe cluster", move |admin, address| async move {
+            let response = admin
+                .describe_cluster_request()
+                .send()
+                .promise
+                .await
+                .map_err(|error| ClientError::from_rpc(&address, error))?;
+            let cluster = response.get()?.get_cluster()?;
+            let brokers = cluster
+                .get_brokers()?
+                .iter()
+                .map(|broker| {
+                    let rack = broker.get_rack()?.to_str()?.to_owned();
+                    Ok(BrokerStatus {
+                        id: broker.get_id(),
+                        host: broker.get_host()?.to_str()?.to_owned(),
+                        port: broker.get_port(),
+                        epoch: broker.get_epoch(),
+                        state: broker.get_state()?.to_str()?.to_owned(),
+                        rack: (!rack.is_empty()).then_some(rack),
+                        metadata_offset: broker.get_metadata_offset(),
+                    })
+                })
+                .collect::<Result<_, ClientError>>()?;
+            Ok(ClusterStatus {
+                cluster_id: cluster.get_cluster_id()?.to_str()?.to_owned(),
+                active_controller: cluster.get_active_controller(),
+                voters: cluster.get_voters()?.iter().collect(),
+                brokers,
+                answered_by: cluster.get_answered_by(),
+                metadata_offset: cluster.get_metadata_offset(),
+            })
+        })
+        .await
+    }
+
     /// Sets config overrides; an empty value resets the key to the broker default.
     pub async fn alter_topic_config(&self, name: &str, configs: Vec<(String, String)>) -> Result<(), ClientError> {
         let topic = name.to_owned();
@@ -280,43 +394,55 @@ impl Admin {
         list_offset(&self.cluster, topic, partition, offset).await
     }
 
-    /// Every consumer group, by group id.
+    /// Every consumer group, by group id: each broker lists the groups it
+    /// coordinates, so every broker is asked.
     pub async fn list_groups(&self) -> Result<Vec<GroupListing>, ClientError> {
-        self.with_admin("list groups", move |admin, address| async move {
-            let response = admin
-                .list_groups_request()
-                .send()
-                .promise
-                .await
-                .map_err(|error| ClientError::from_rpc(&address, error))?;
-            let groups = response.get()?.get_groups()?;
-            groups
-                .iter()
-                .map(|group| {
-                    Ok(GroupListing {
-                        group_id: group.get_group_id()?.to_str()?.to_owned(),
-                        state: group.get_state()?.to_str()?.to_owned(),
-                        member_count: group.get_member_count(),
-                    })
-                })
-                .collect()
-        })
-        .await
+        self.cluster.refresh(&[]).await?;
+        let mut groups = Vec::new();
+        for address in self.cluster.broker_addresses() {
+            let connection = self.cluster.connection(&address).await?;
+            groups.extend(self.with_admin_of(connection, "list groups", list_groups_call).await?);
+        }
+        groups.sort_by(|left: &GroupListing, right| left.group_id.cmp(&right.group_id));
+        groups.dedup_by(|left, right| left.group_id == right.group_id);
+        Ok(groups)
     }
+}
 
+async fn list_groups_call(admin: admin::Client, address: String) -> Result<Vec<GroupListing>, ClientError> {
+    let response =
+        admin.list_groups_request().send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+    let groups = response.get()?.get_groups()?;
+    groups
+        .iter()
+        .map(|group| {
+            Ok(GroupListing {
+                group_id: group.get_group_id()?.to_str()?.to_owned(),
+                state: group.get_state()?.to_str()?.to_owned(),
+                member_count: group.get_member_count(),
+            })
+        })
+        .collect()
+}
+
+impl Admin {
     /// A group's members and committed offsets; `GroupIdNotFound` for an unknown
     /// group.
     pub async fn describe_group(&self, group_id: &str) -> Result<GroupDescription, ClientError> {
+        let group = group_id.to_owned();
         let group_id = group_id.to_owned();
-        self.with_admin("describe group", move |admin, address| async move {
-            let mut request = admin.describe_group_request();
-            request.get().set_group_id(&group_id[..]);
-            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
-            let response = response.get()?;
-            if response.has_error() {
-                return Err(broker_error(response.get_error()?));
+        self.with_group_admin(&group, "describe group", move |admin, address| {
+            let group_id = group_id.clone();
+            async move {
+                let mut request = admin.describe_group_request();
+                request.get().set_group_id(&group_id[..]);
+                let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+                let response = response.get()?;
+                if response.has_error() {
+                    return Err(broker_error(response.get_error()?));
+                }
+                read_group_description(response.get_description()?)
             }
-            read_group_description(response.get_description()?)
         })
         .await
     }
@@ -381,13 +507,17 @@ impl Admin {
     /// Deletes a group and its committed offsets; refused with `NonEmptyGroup`
     /// while it has members, `GroupIdNotFound` for an unknown group.
     pub async fn delete_group(&self, group_id: &str) -> Result<(), ClientError> {
+        let group = group_id.to_owned();
         let group_id = group_id.to_owned();
-        self.with_admin("delete group", move |admin, address| async move {
-            let mut request = admin.delete_group_request();
-            request.get().set_group_id(&group_id[..]);
-            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
-            let response = response.get()?;
-            refused_or_ok!(response)
+        self.with_group_admin(&group, "delete group", move |admin, address| {
+            let group_id = group_id.clone();
+            async move {
+                let mut request = admin.delete_group_request();
+                request.get().set_group_id(&group_id[..]);
+                let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+                let response = response.get()?;
+                refused_or_ok!(response)
+            }
         })
         .await
     }
@@ -395,21 +525,25 @@ impl Admin {
     /// Sets a group's committed offsets (each the next offset to read); refused
     /// with `NonEmptyGroup` while it has members. Creates the group if needed.
     pub async fn reset_offsets(&self, group_id: &str, offsets: Vec<((String, i32), i64)>) -> Result<(), ClientError> {
+        let group = group_id.to_owned();
         let group_id = group_id.to_owned();
-        self.with_admin("reset offsets", move |admin, address| async move {
-            let mut request = admin.reset_offsets_request();
-            let mut params = request.get();
-            params.set_group_id(&group_id[..]);
-            let mut entries = params.init_offsets(offsets.len() as u32);
-            for (index, ((topic, partition), offset)) in offsets.iter().enumerate() {
-                let mut entry = entries.reborrow().get(index as u32);
-                entry.set_topic(&topic[..]);
-                entry.set_partition(*partition);
-                entry.set_offset(*offset);
+        self.with_group_admin(&group, "reset offsets", move |admin, address| {
+            let (group_id, offsets) = (group_id.clone(), offsets.clone());
+            async move {
+                let mut request = admin.reset_offsets_request();
+                let mut params = request.get();
+                params.set_group_id(&group_id[..]);
+                let mut entries = params.init_offsets(offsets.len() as u32);
+                for (index, ((topic, partition), offset)) in offsets.iter().enumerate() {
+                    let mut entry = entries.reborrow().get(index as u32);
+                    entry.set_topic(&topic[..]);
+                    entry.set_partition(*partition);
+                    entry.set_offset(*offset);
+                }
+                let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+                let response = response.get()?;
+                refused_or_ok!(response)
             }
-            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
-            let response = response.get()?;
-            refused_or_ok!(response)
         })
         .await
     }

@@ -70,6 +70,8 @@ pub struct PartitionerRef {
 struct Cache {
     brokers: HashMap<i32, BrokerInfo>,
     topics: HashMap<String, Arc<TopicInfo>>,
+    /// Group id → address of the broker that coordinates it.
+    coordinators: HashMap<String, String>,
 }
 
 /// See the module docs.
@@ -136,6 +138,52 @@ impl Cluster {
             }
         }
         Err(last_error.unwrap_or(ClientError::InvalidConfig { problems: vec!["no brokers".to_owned()] }))
+    }
+
+    /// Addresses of the brokers the last metadata named.
+    pub fn broker_addresses(&self) -> Vec<String> {
+        let mut addresses: Vec<String> = self.cache().brokers.values().map(BrokerInfo::address).collect();
+        addresses.sort();
+        addresses
+    }
+
+    /// A connection to the broker that coordinates `group_id` (found with
+    /// `findCoordinator` on any broker, then cached until
+    /// [`Cluster::forget_coordinator`]).
+    pub async fn coordinator(&self, group_id: &str) -> Result<Connection, ClientError> {
+        let known = self.cache().coordinators.get(group_id).cloned();
+        if let Some(address) = known {
+            return self.connection(&address).await;
+        }
+        let connection = self.any_connection().await?;
+        let address = connection.address().to_owned();
+        let group = group_id.to_owned();
+        let coordinator = connection
+            .call(move |client: broker::Client| async move {
+                let mut request = client.find_coordinator_request();
+                request.get().set_group_id(&group[..]);
+                let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+                let response = response.get()?;
+                if response.has_error() {
+                    return Err(crate::error::broker_error(response.get_error()?));
+                }
+                let broker = response.get_coordinator()?;
+                Ok(format!("{}:{}", broker.get_host()?.to_str()?, broker.get_port()))
+            })
+            .await?;
+        self.cache().coordinators.insert(group_id.to_owned(), coordinator.clone());
+        self.connection(&coordinator).await
+    }
+
+    /// Forgets where `group_id` is coordinated, after an error that says it moved
+    /// (`NotCoordinator`) or its broker is unreachable; returns `error`.
+    pub fn forget_coordinator_on(&self, group_id: &str, error: ClientError) -> ClientError {
+        if matches!(error.code(), abi::ErrorCode::NotCoordinator | abi::ErrorCode::NetworkError)
+            || matches!(error, ClientError::Timeout { .. })
+        {
+            self.cache().coordinators.remove(group_id);
+        }
+        error
     }
 
     /// Fetches metadata for `topics` (every topic when empty) and updates the cache.

@@ -472,7 +472,13 @@ async fn apply(
 }
 
 async fn heartbeat(cluster: &Cluster, beat: &Beat, timeout: Duration) -> Result<Answer, ClientError> {
-    let connection = cluster.any_connection().await?;
+    heartbeat_coordinator(cluster, beat, timeout)
+        .await
+        .map_err(|error| cluster.forget_coordinator_on(&beat.group_id, error))
+}
+
+async fn heartbeat_coordinator(cluster: &Cluster, beat: &Beat, timeout: Duration) -> Result<Answer, ClientError> {
+    let connection = cluster.coordinator(&beat.group_id).await?;
     let address = connection.address().to_owned();
     let beat = beat.clone();
     let call = connection.call(move |client: broker::Client| async move {
@@ -530,8 +536,10 @@ pub(crate) async fn commit_call(
     member_epoch: i32,
     offsets: &[(Key, i64, String)],
 ) -> Result<(), ClientError> {
-    let connection = cluster.any_connection().await?;
+    let connection =
+        cluster.coordinator(group_id).await.map_err(|error| cluster.forget_coordinator_on(group_id, error))?;
     let address = connection.address().to_owned();
+    let group = group_id.to_owned();
     let (group_id, member_id, offsets) = (group_id.to_owned(), member_id.to_owned(), offsets.to_vec());
     connection
         .call(move |client: broker::Client| async move {
@@ -553,6 +561,7 @@ pub(crate) async fn commit_call(
             refused_or_ok!(response)
         })
         .await
+        .map_err(|error| cluster.forget_coordinator_on(&group, error))
 }
 
 /// Committed offsets of `partitions` (all of the group's when empty).
@@ -561,8 +570,10 @@ pub(crate) async fn fetch_committed(
     group_id: &str,
     partitions: &[Key],
 ) -> Result<Vec<(Key, i64)>, ClientError> {
-    let connection = cluster.any_connection().await?;
+    let connection =
+        cluster.coordinator(group_id).await.map_err(|error| cluster.forget_coordinator_on(group_id, error))?;
     let address = connection.address().to_owned();
+    let group = group_id.to_owned();
     let (group_id, partitions) = (group_id.to_owned(), partitions.to_vec());
     connection
         .call(move |client: broker::Client| async move {
@@ -587,4 +598,5 @@ pub(crate) async fn fetch_committed(
                 .collect()
         })
         .await
+        .map_err(|error| cluster.forget_coordinator_on(&group, error))
 }

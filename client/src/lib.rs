@@ -60,8 +60,8 @@ mod wasm_partitioner;
 pub use abi::batch::{BatchBuilder, Compression, RecordBatch};
 pub use abi::ErrorCode;
 pub use admin::{
-    Admin, ClusterDescription, CommittedOffset, GroupDescription, GroupListing, GroupMember, NewTopic, PartitionLag,
-    TopicDescription,
+    Admin, BrokerStatus, ClusterDescription, ClusterStatus, CommittedOffset, GroupDescription, GroupListing,
+    GroupMember, NewTopic, PartitionLag, TopicDescription,
 };
 pub use cluster::{BrokerInfo, Cluster, PartitionInfo, PartitionerRef, TopicInfo};
 pub use config::{Acks, CommonConfig, ConsumerConfig, OffsetReset, ProducerConfig, DEFAULT_BOOTSTRAP_SERVERS};

@@ -19,7 +19,7 @@
 //! so a crash midway leaves the old records in charge.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use abi::batch::{BatchBuilder, BatchView, RecordBatch};
 use abi::ErrorCode;
@@ -58,8 +58,17 @@ struct Shard {
 /// See the module docs.
 #[derive(Debug)]
 pub struct GroupCoordinators {
-    shards: Vec<Shard>,
+    /// Index = partition of `__consumer_offsets`; a shard exists while this broker
+    /// leads that partition.
+    shards: RwLock<Vec<Option<Arc<Shard>>>>,
+    config: CoordinatorConfig,
     clock: Arc<dyn Clock>,
+}
+
+/// The partition of `__consumer_offsets` that holds `group_id` (stable: the
+/// partition count never changes).
+pub fn coordinator_partition(group_id: &str) -> u32 {
+    crc32fast::hash(group_id.as_bytes()) % CONSUMER_OFFSETS_PARTITIONS
 }
 
 impl From<GroupError> for ApiError {
@@ -79,25 +88,49 @@ impl From<GroupError> for ApiError {
 }
 
 impl GroupCoordinators {
-    /// Loads one coordinator per partition by replaying it.
-    pub fn load(
-        partitions: Vec<Partition>,
-        config: &CoordinatorConfig,
-        clock: Arc<dyn Clock>,
-    ) -> Result<GroupCoordinators, LogError> {
-        let mut shards = Vec::with_capacity(partitions.len());
-        for partition in partitions {
-            let mut coordinator = Coordinator::new(config.clone());
-            replay_partition(&partition, &mut coordinator)?;
-            let snapshot_bytes = std::sync::atomic::AtomicU64::new(0);
-            shards.push(Shard { partition, coordinator: Mutex::new(coordinator), snapshot_bytes });
-        }
-        Ok(GroupCoordinators { shards, clock })
+    /// No shards yet: see [`GroupCoordinators::lead`].
+    pub fn new(config: CoordinatorConfig, clock: Arc<dyn Clock>) -> GroupCoordinators {
+        let shards = RwLock::new(vec![None; CONSUMER_OFFSETS_PARTITIONS as usize]);
+        GroupCoordinators { shards, config, clock }
     }
 
-    fn shard(&self, group_id: &str) -> &Shard {
-        let index = crc32fast::hash(group_id.as_bytes()) as usize % self.shards.len().max(1);
-        &self.shards[index]
+    /// Takes up the shards of the `__consumer_offsets` partitions this broker now
+    /// leads (replaying each new one from its log) and drops the others.
+    pub fn lead(&self, led: Vec<(u32, Partition)>) -> Result<(), LogError> {
+        let current: Vec<Option<Arc<Shard>>> = self.shards.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut next = vec![None; CONSUMER_OFFSETS_PARTITIONS as usize];
+        for (index, partition) in led {
+            let Some(slot) = next.get_mut(index as usize) else { continue };
+            let kept = current[index as usize].as_ref().filter(|shard| shard.partition.name() == partition.name());
+            *slot = Some(match kept {
+                Some(shard) => shard.clone(),
+                None => {
+                    let mut coordinator = Coordinator::new(self.config.clone());
+                    replay_partition(&partition, &mut coordinator)?;
+                    let snapshot_bytes = std::sync::atomic::AtomicU64::new(0);
+                    tracing::info!(partition = %partition.name(), "coordinating the groups of this partition");
+                    Arc::new(Shard { partition, coordinator: Mutex::new(coordinator), snapshot_bytes })
+                }
+            });
+        }
+        *self.shards.write().unwrap_or_else(|p| p.into_inner()) = next;
+        Ok(())
+    }
+
+    /// The shards this broker coordinates now.
+    fn led_shards(&self) -> Vec<Arc<Shard>> {
+        self.shards.read().unwrap_or_else(|p| p.into_inner()).iter().flatten().cloned().collect()
+    }
+
+    fn shard(&self, group_id: &str) -> Result<Arc<Shard>, ApiError> {
+        let partition = coordinator_partition(group_id);
+        let shard = self.shards.read().unwrap_or_else(|p| p.into_inner())[partition as usize].clone();
+        shard.ok_or_else(|| {
+            let message = format!(
+                "this broker does not coordinate group {group_id:?} (the leader of {CONSUMER_OFFSETS_TOPIC}-{partition} does)"
+            );
+            ApiError::new(ErrorCode::NotCoordinator, message)
+        })
     }
 
     /// Runs `handler` on the group's coordinator and persists its records (see the
@@ -107,7 +140,7 @@ impl GroupCoordinators {
         group_id: &str,
         handler: impl FnOnce(&mut Coordinator) -> Result<(Vec<GroupRecord>, T), GroupError>,
     ) -> Result<T, ApiError> {
-        let shard = self.shard(group_id);
+        let shard = self.shard(group_id)?;
         let (durable_needed, value) = {
             let mut coordinator = lock(&shard.coordinator);
             let (records, value) = handler(&mut coordinator)?;
@@ -131,7 +164,7 @@ impl GroupCoordinators {
             })
             .await?;
         if response.member_epoch >= 0 {
-            lock(&self.shard(&request.group_id).coordinator).seen(
+            lock(&self.shard(&request.group_id)?.coordinator).seen(
                 &request.group_id,
                 &response.member_id,
                 self.clock.now_ms(),
@@ -167,7 +200,8 @@ impl GroupCoordinators {
     }
 
     pub fn list_groups(&self) -> Vec<(String, GroupState, usize)> {
-        let mut groups: Vec<_> = self.shards.iter().flat_map(|shard| lock(&shard.coordinator).list_groups()).collect();
+        let mut groups: Vec<_> =
+            self.led_shards().iter().flat_map(|shard| lock(&shard.coordinator).list_groups()).collect();
         groups.sort_by(|left, right| left.0.cmp(&right.0));
         groups
     }
@@ -177,7 +211,7 @@ impl GroupCoordinators {
     /// segments went.
     pub async fn compact(&self, min_bytes: u64) -> Result<usize, ApiError> {
         let mut retired = 0;
-        for shard in &self.shards {
+        for shard in &self.led_shards() {
             let size_bytes = shard.partition.with_log(|log| Ok(log.size_bytes()))?;
             let last_snapshot = shard.snapshot_bytes.load(std::sync::atomic::Ordering::Relaxed);
             if size_bytes < min_bytes.max(1) || size_bytes < 2 * last_snapshot {
@@ -201,7 +235,7 @@ impl GroupCoordinators {
 
     /// Fences timed-out members and expires old offsets on every shard.
     pub async fn expire(&self, partition_counts: &BTreeMap<String, u32>) {
-        for shard in &self.shards {
+        for shard in &self.led_shards() {
             let outcome = {
                 let mut coordinator = lock(&shard.coordinator);
                 let now_ms = self.clock.now_ms();

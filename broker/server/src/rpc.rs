@@ -525,6 +525,25 @@ impl broker::Server for BrokerService {
         Ok(())
     }
 
+    async fn find_coordinator(
+        self: Rc<Self>,
+        params: broker::FindCoordinatorParams,
+        mut results: broker::FindCoordinatorResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let group_id = text(params.get()?.get_group_id()?)?;
+        match self.node.find_coordinator(&group_id) {
+            Ok(coordinator) => {
+                let mut builder = results.get().init_coordinator();
+                builder.set_id(coordinator.id);
+                builder.set_host(&coordinator.host[..]);
+                builder.set_port(coordinator.port);
+            }
+            Err(api_error) => set_error(results.get().init_error(), &api_error),
+        }
+        Ok(())
+    }
+
     async fn controller_call(
         self: Rc<Self>,
         params: broker::ControllerCallParams,
@@ -1029,5 +1048,124 @@ impl admin::Server for AdminService {
             }
         }
         Ok(())
+    }
+}
+
+/// The `Broker` capability on connections accepted while the broker is still
+/// opening: quorum calls only (see `server.rs`).
+#[derive(Debug)]
+pub struct QuorumOnlyService {
+    controller: crate::controller::Controller,
+}
+
+impl QuorumOnlyService {
+    pub fn new(controller: crate::controller::Controller) -> QuorumOnlyService {
+        QuorumOnlyService { controller }
+    }
+}
+
+fn starting() -> capnp::Error {
+    capnp::Error::disconnected("the broker is still starting; connect again".to_owned())
+}
+
+impl broker::Server for QuorumOnlyService {
+    async fn controller_call(
+        self: Rc<Self>,
+        params: broker::ControllerCallParams,
+        mut results: broker::ControllerCallResults,
+    ) -> Result<(), capnp::Error> {
+        let (kind, payload) = {
+            let reader = params.get()?;
+            (text(reader.get_kind()?)?, reader.get_payload()?.to_vec())
+        };
+        drop(params);
+        let Some(kind) = crate::controller::network::RaftCallKind::parse(&kind) else {
+            let error = ApiError::new(abi::ErrorCode::InvalidRequest, format!("unknown controller call {kind:?}"));
+            set_error(results.get().init_error(), &error);
+            return Ok(());
+        };
+        match self.controller.handle_raft_call(kind, &payload).await {
+            Ok(answer) => results.get().set_payload(&answer),
+            Err(message) => {
+                set_error(results.get().init_error(), &ApiError::new(abi::ErrorCode::InvalidRequest, message))
+            }
+        }
+        Ok(())
+    }
+
+    async fn metadata(
+        self: Rc<Self>,
+        _: broker::MetadataParams,
+        _: broker::MetadataResults,
+    ) -> Result<(), capnp::Error> {
+        Err(starting())
+    }
+
+    async fn admin(self: Rc<Self>, _: broker::AdminParams, _: broker::AdminResults) -> Result<(), capnp::Error> {
+        Err(starting())
+    }
+
+    async fn produce(self: Rc<Self>, _: broker::ProduceParams, _: broker::ProduceResults) -> Result<(), capnp::Error> {
+        Err(starting())
+    }
+
+    async fn fetch(self: Rc<Self>, _: broker::FetchParams, _: broker::FetchResults) -> Result<(), capnp::Error> {
+        Err(starting())
+    }
+
+    async fn fetch_many(
+        self: Rc<Self>,
+        _: broker::FetchManyParams,
+        _: broker::FetchManyResults,
+    ) -> Result<(), capnp::Error> {
+        Err(starting())
+    }
+
+    async fn list_offset(
+        self: Rc<Self>,
+        _: broker::ListOffsetParams,
+        _: broker::ListOffsetResults,
+    ) -> Result<(), capnp::Error> {
+        Err(starting())
+    }
+
+    async fn init_producer_id(
+        self: Rc<Self>,
+        _: broker::InitProducerIdParams,
+        _: broker::InitProducerIdResults,
+    ) -> Result<(), capnp::Error> {
+        Err(starting())
+    }
+
+    async fn group_heartbeat(
+        self: Rc<Self>,
+        _: broker::GroupHeartbeatParams,
+        _: broker::GroupHeartbeatResults,
+    ) -> Result<(), capnp::Error> {
+        Err(starting())
+    }
+
+    async fn commit_offsets(
+        self: Rc<Self>,
+        _: broker::CommitOffsetsParams,
+        _: broker::CommitOffsetsResults,
+    ) -> Result<(), capnp::Error> {
+        Err(starting())
+    }
+
+    async fn fetch_offsets(
+        self: Rc<Self>,
+        _: broker::FetchOffsetsParams,
+        _: broker::FetchOffsetsResults,
+    ) -> Result<(), capnp::Error> {
+        Err(starting())
+    }
+
+    async fn find_coordinator(
+        self: Rc<Self>,
+        _: broker::FindCoordinatorParams,
+        _: broker::FindCoordinatorResults,
+    ) -> Result<(), capnp::Error> {
+        Err(starting())
     }
 }

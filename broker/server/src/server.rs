@@ -64,7 +64,7 @@ pub enum ServerError {
 /// A bound, not yet serving broker.
 #[derive(Debug)]
 pub struct Server {
-    listener: TcpListener,
+    listener: Arc<TcpListener>,
     node: Arc<Node>,
     limits: Limits,
     rpc_threads: usize,
@@ -126,6 +126,7 @@ impl Server {
         let listener = TcpListener::bind(&config.listen)
             .await
             .map_err(|source| ServerError::Bind { address: config.listen.clone(), source })?;
+        let listener = Arc::new(listener);
         let local_addr =
             listener.local_addr().map_err(|source| ServerError::Bind { address: config.listen.clone(), source })?;
         let mut config = config;
@@ -133,7 +134,22 @@ impl Server {
             // The bound port (`listen` may say 0) is what clients and brokers reach.
             config.advertised_listener = Some(local_addr.to_string());
         }
-        let node = Node::open(&config).await?;
+        let node = match config.controller.voters.len() > 1 {
+            false => Node::open(&config).await?,
+            true => {
+                // The other voters need this one to elect an active controller
+                // before any broker can register: serve quorum calls while the rest
+                // of the broker opens.
+                let environment = crate::Environment::real();
+                let data_dir_lock = Node::lock_data_dir(&config, &environment)?;
+                let links = crate::controller::broker_link::BrokerLinks::start().map_err(ServerError::Thread)?;
+                let controller = Node::open_controller(&config, &environment, Arc::new(links)).await?;
+                let startup = StartupListener::start(&listener, controller.clone(), config.limits.clone())?;
+                let node = Node::start(&config, environment, controller, data_dir_lock).await;
+                startup.stop_accepting();
+                node?
+            }
+        };
         Ok(Server {
             listener,
             node: Arc::new(node),
@@ -294,4 +310,78 @@ async fn serve_connection(stream: TcpStream, slots: ConnectionSlots, node: Arc<N
     }
     drop(slots);
     crate::transport::memory_freed();
+}
+
+/// Serves the controller quorum's calls on connections accepted while the broker
+/// is still opening (see [`Server::bind`]); any other call is answered as a
+/// disconnection, so a client retries and reconnects to the opened broker. The
+/// connections it accepted keep being served by it (brokers' links only ever make
+/// quorum calls on them).
+#[derive(Debug)]
+struct StartupListener {
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl StartupListener {
+    fn start(
+        listener: &Arc<TcpListener>,
+        controller: crate::controller::Controller,
+        limits: Limits,
+    ) -> Result<StartupListener, ServerError> {
+        let (sender, mut receiver) = mpsc::unbounded_channel::<TcpStream>();
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ServerError::Thread)?;
+        std::thread::Builder::new()
+            .name("weir-rpc-startup".to_owned())
+            .spawn(move || {
+                let local = tokio::task::LocalSet::new();
+                local.block_on(&runtime, async move {
+                    while let Some(stream) = receiver.recv().await {
+                        tokio::task::spawn_local(serve_startup_connection(stream, controller.clone(), limits.clone()));
+                    }
+                    // Keep serving the accepted connections until they close.
+                    std::future::pending::<()>().await;
+                });
+            })
+            .map_err(ServerError::Thread)?;
+        let listener = listener.clone();
+        let accepting = tokio::spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        if sender.send(stream).is_err() {
+                            return;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
+        Ok(StartupListener { accepting })
+    }
+
+    fn stop_accepting(self) {
+        self.accepting.abort();
+    }
+}
+
+async fn serve_startup_connection(stream: TcpStream, controller: crate::controller::Controller, limits: Limits) {
+    let _ = stream.set_nodelay(true);
+    let (reader, writer) = stream.into_split();
+    let mut options = capnp::message::ReaderOptions::new();
+    options.traversal_limit_in_words(Some(limits.request_bytes_max / 8)).nesting_limit(limits.nesting_limit);
+    let network = twoparty::VatNetwork::new(
+        futures::io::BufReader::new(reader.compat()),
+        BufWriter::new(writer.compat_write()),
+        rpc_twoparty_capnp::Side::Server,
+        options,
+    );
+    let bootstrap: broker::Client = capnp_rpc::new_client(crate::rpc::QuorumOnlyService::new(controller));
+    let rpc = RpcSystem::new(Box::new(network), Some(bootstrap.client));
+    if let Err(error) = rpc.await {
+        tracing::debug!(%error, "startup connection closed");
+    }
 }

@@ -5,25 +5,39 @@
 use super::*;
 
 impl Node {
-    /// Loads a coordinator per partition of `__consumer_offsets` (replaying it).
-    pub(super) fn load_group_coordinators(&self) -> Result<GroupCoordinators, NodeError> {
-        let topic = self.topic(CONSUMER_OFFSETS_TOPIC).map_err(|error| NodeError::TopicConfig {
-            topic: CONSUMER_OFFSETS_TOPIC.to_owned(),
-            reason: error.to_string(),
-        })?;
-        let mut partitions = Vec::new();
-        for slot in &topic.slots {
-            let (partition, _, _) = slot.led().map_err(|error| NodeError::TopicConfig {
-                topic: CONSUMER_OFFSETS_TOPIC.to_owned(),
-                reason: format!("a partition is offline: {}", error.message),
-            })?;
-            partitions.push(partition.clone());
-        }
-        Ok(GroupCoordinators::load(partitions, &CoordinatorConfig::default(), self.clock.clone())?)
+    /// Coordinates the groups of the `__consumer_offsets` partitions this broker
+    /// leads (after leadership moved, or at start-up).
+    pub(super) fn lead_groups(&self) -> Result<(), ApiError> {
+        let topic = self.topics().get(CONSUMER_OFFSETS_TOPIC).cloned();
+        let led: Vec<(u32, Partition)> = topic
+            .iter()
+            .flat_map(|topic| topic.slots.iter().enumerate())
+            .filter_map(|(index, slot)| slot.led().ok().map(|(partition, _, _)| (index as u32, partition.clone())))
+            .collect();
+        Ok(self.groups.lead(led)?)
+    }
+
+    /// The broker that coordinates `group_id`: the leader of its partition of
+    /// `__consumer_offsets`.
+    pub fn find_coordinator(&self, group_id: &str) -> Result<BrokerEntry, ApiError> {
+        let partition = crate::groups::coordinator_partition(group_id);
+        let leader = self.controller.read(|image| {
+            let state = image.partition(CONSUMER_OFFSETS_TOPIC, partition).ok()?;
+            let broker = image.brokers.get(&state.leader)?;
+            Some(BrokerEntry {
+                id: broker.registration.broker_id,
+                host: broker.registration.host.clone(),
+                port: broker.registration.port,
+            })
+        });
+        leader.ok_or_else(|| {
+            let message = format!("{CONSUMER_OFFSETS_TOPIC}-{partition} has no leader now; the group is not available");
+            ApiError::new(ErrorCode::NotCoordinator, message)
+        })
     }
 
     pub(super) fn groups(&self) -> &GroupCoordinators {
-        self.groups.as_ref().expect("Node::open loads the group coordinators before returning")
+        &self.groups
     }
 
     /// Partition count of every topic (the assignors' input).

@@ -169,8 +169,8 @@ pub struct Node {
     /// One reconciliation at a time.
     reconciling: Mutex<()>,
     producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
-    /// Set once by `open`.
-    groups: Option<GroupCoordinators>,
+    /// The consumer groups of the `__consumer_offsets` partitions led here.
+    groups: GroupCoordinators,
     plugins: Plugins,
     transforms: Transforms,
     /// Picks the partition of keyless records in `partition = -1` produces.
@@ -212,14 +212,30 @@ impl Node {
         environment: Environment,
         transport: Arc<dyn RaftTransport>,
     ) -> Result<Node, NodeError> {
-        let data_dir_lock = match environment.is_real() {
+        let data_dir_lock = Node::lock_data_dir(config, &environment)?;
+        let controller = Node::open_controller(config, &environment, transport).await?;
+        Node::start(config, environment, controller, data_dir_lock).await
+    }
+
+    /// Locks the data directory against a second process (real files only).
+    pub fn lock_data_dir(config: &BrokerConfig, environment: &Environment) -> Result<Option<DataDirLock>, NodeError> {
+        Ok(match environment.is_real() {
             true => Some(DataDirLock::acquire(&config.data_dir)?),
             false => None,
-        };
+        })
+    }
+
+    /// Opens this broker's member of the controller quorum (its Raft log and
+    /// state machine). It takes part in elections at once, before the rest of
+    /// the broker opens: in a cluster, the other voters need it to elect.
+    pub async fn open_controller(
+        config: &BrokerConfig,
+        environment: &Environment,
+        transport: Arc<dyn RaftTransport>,
+    ) -> Result<Controller, NodeError> {
         let advertised = config.advertised_listener.clone().unwrap_or_else(|| config.listen.clone());
-        let (host, port) = split_host_port(&advertised);
         let voters: BTreeMap<NodeId, String> = match config.controller.voters.is_empty() {
-            true => BTreeMap::from([(config.broker_id as NodeId, advertised.clone())]),
+            true => BTreeMap::from([(config.broker_id as NodeId, advertised)]),
             false => config.controller.voters.iter().map(|voter| (voter.id as NodeId, voter.address.clone())).collect(),
         };
         let timing = RaftTiming {
@@ -229,16 +245,20 @@ impl Node {
                 2 * config.controller.raft_election_timeout_ms,
             ),
         };
-        let controller = Controller::open(
-            environment.storage.clone(),
-            &config.data_dir,
-            config.broker_id as NodeId,
-            voters,
-            timing,
-            transport,
-        )
-        .await?;
-        let mut node = Node {
+        let storage = environment.storage.clone();
+        Ok(Controller::open(storage, &config.data_dir, config.broker_id as NodeId, voters, timing, transport).await?)
+    }
+
+    /// Opens the rest of the broker on its `controller` (see [`Node::open_in`]).
+    pub async fn start(
+        config: &BrokerConfig,
+        environment: Environment,
+        controller: Controller,
+        data_dir_lock: Option<DataDirLock>,
+    ) -> Result<Node, NodeError> {
+        let advertised = config.advertised_listener.clone().unwrap_or_else(|| config.listen.clone());
+        let (host, port) = split_host_port(&advertised);
+        let node = Node {
             broker: BrokerEntry { id: config.broker_id, host, port },
             incarnation: incarnation(&*environment.clock),
             broker_epoch: std::sync::atomic::AtomicU64::new(0),
@@ -251,7 +271,7 @@ impl Node {
             topics: RwLock::new(BTreeMap::new()),
             reconciling: Mutex::new(()),
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
-            groups: None,
+            groups: GroupCoordinators::new(CoordinatorConfig::default(), environment.clock.clone()),
             plugins: Plugins::open(&config.data_dir.join("plugins"), config.plugin_limits(), environment.clone())
                 .map_err(|error| NodeError::Plugins(error.message))?,
             transforms: Transforms::open(&config.data_dir.join("plugins").join("transforms"), environment.clone())
@@ -267,7 +287,7 @@ impl Node {
         node.open_log_dir(config, &legacy)?;
         node.reconcile().map_err(|error| NodeError::Storage(error.message))?;
         legacy.finish(&node)?;
-        node.groups = Some(node.load_group_coordinators()?);
+        node.lead_groups().map_err(|error| NodeError::Storage(error.message))?;
         Ok(node)
     }
 

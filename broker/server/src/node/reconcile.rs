@@ -141,7 +141,7 @@ impl Node {
                 }
             }
         }
-        Ok(())
+        self.lead_groups()
     }
 
     fn remove_topic(&self, log_dir: &LogDir, name: &str, topic: &Topic, recreated: bool) -> Result<(), ApiError> {
