@@ -1,0 +1,268 @@
+//! A three-broker cluster of real `weir serve` processes started with the README's
+//! flags (`--node-id`, `--controller-voters`): a 12-partition topic spread over
+//! the brokers round-trips through the CLI from any broker; `kill -9` of the
+//! active controller elects a new one and admin works again; the killed broker's
+//! partitions come back with every record when it restarts; a consumer group's
+//! members on different brokers split the partitions.
+//!
+//! Waits are on events (log lines, the CLI's answers) with generous deadlines.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    ports: Vec<u16>,
+    brokers: Vec<Option<Child>>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Cluster {
+    fn start(size: usize) -> Cluster {
+        let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let mut cluster = Cluster { dir: tempfile::tempdir().unwrap(), ports, brokers: Vec::new() };
+        let starting: Vec<mpsc::Receiver<()>> = (1..=size).map(|id| cluster.spawn(id)).collect();
+        for (index, listening) in starting.iter().enumerate() {
+            listening.recv_timeout(DEADLINE).unwrap_or_else(|_| panic!("broker {} never listened", index + 1));
+        }
+        cluster
+    }
+
+    fn voters(&self) -> String {
+        let voters: Vec<String> =
+            self.ports.iter().enumerate().map(|(index, port)| format!("{}@127.0.0.1:{port}", index + 1)).collect();
+        voters.join(",")
+    }
+
+    fn address(&self, id: usize) -> String {
+        format!("127.0.0.1:{}", self.ports[id - 1])
+    }
+
+    fn log_path(&self, id: usize) -> PathBuf {
+        self.dir.path().join(format!("broker-{id}.log"))
+    }
+
+    /// Starts broker `id`; the receiver fires once it listens. Its log goes to a
+    /// file (read by a thread, so the broker never blocks on a full pipe).
+    fn spawn(&mut self, id: usize) -> mpsc::Receiver<()> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["serve", "--node-id", &id.to_string(), "--listen", &self.address(id)])
+            .arg("--data-dir")
+            .arg(self.dir.path().join(format!("data-{id}")))
+            .args(["--controller-voters", &self.voters()])
+            .env("RUST_LOG", "info,openraft=warn")
+            .env_remove("WEIR_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, receiver) = mpsc::channel();
+        let log_path = self.log_path(id);
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut log = std::fs::OpenOptions::new().create(true).append(true).open(log_path).unwrap();
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("listening address=") {
+                    let _ = sender.send(());
+                }
+                let _ = writeln!(log, "{line}");
+            }
+        });
+        while self.brokers.len() < id {
+            self.brokers.push(None);
+        }
+        self.brokers[id - 1] = Some(child);
+        receiver
+    }
+
+    fn kill(&mut self, id: usize) {
+        let mut child = self.brokers[id - 1].take().unwrap();
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+
+    fn restart(&mut self, id: usize) {
+        let listening = self.spawn(id);
+        listening.recv_timeout(DEADLINE).unwrap_or_else(|_| panic!("broker {id} never listened after a restart"));
+    }
+
+    fn logs(&self) -> String {
+        (1..=self.ports.len())
+            .map(|id| format!("--- broker {id}\n{}", std::fs::read_to_string(self.log_path(id)).unwrap_or_default()))
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for child in self.brokers.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs `weir args… --brokers address`; returns (success, stdout, stderr).
+fn weir(address: &str, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command.args(args).args(["--brokers", address]).env_remove("WEIR_BROKERS");
+    command.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    let output = child.wait_with_output().unwrap();
+    let text = |bytes: Vec<u8>| String::from_utf8(bytes).unwrap();
+    (output.status.success(), text(output.stdout), text(output.stderr))
+}
+
+fn json(address: &str, args: &[&str]) -> Option<Value> {
+    let mut args = args.to_vec();
+    args.extend(["--format", "json"]);
+    let (ok, stdout, _) = weir(address, &args, None);
+    ok.then(|| serde_json::from_str(&stdout).ok()).flatten()
+}
+
+/// Polls `check` until it gives a value or the deadline passes.
+fn wait_for<T>(cluster: &Cluster, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(started.elapsed() < DEADLINE, "{what}: not within {DEADLINE:?}\n{}", cluster.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn consume_all(address: &str, topic: &str) -> Vec<String> {
+    let (ok, stdout, stderr) =
+        weir(address, &["consume", topic, "--offset", "beginning", "--timeout-ms", "5000"], None);
+    assert!(ok, "{stderr}");
+    stdout.lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn three_brokers_spread_a_topic_fail_over_and_bring_every_record_back() {
+    let mut cluster = Cluster::start(3);
+    let status = wait_for(&cluster, "three active brokers", || {
+        let status = json(&cluster.address(1), &["cluster", "status"])?;
+        let active = status["brokers"].as_array()?.iter().filter(|broker| broker["state"] == "active").count();
+        (active == 3 && status["active_controller"].as_i64()? > 0).then_some(status)
+    });
+    assert_eq!(status["voters"], serde_json::json!([1, 2, 3]));
+
+    let (ok, _, stderr) = weir(&cluster.address(2), &["topic", "create", "orders", "--partitions", "12"], None);
+    assert!(ok, "{stderr}");
+    let description = json(&cluster.address(3), &["topic", "describe", "orders"]).unwrap();
+    let mut leaders: Vec<i64> =
+        description["partitions"].as_array().unwrap().iter().map(|p| p["leader"].as_i64().unwrap()).collect();
+    leaders.sort_unstable();
+    leaders.dedup();
+    assert_eq!(leaders, [1, 2, 3], "leadership spreads over the brokers: {description}");
+
+    let input: String = (0..1200).map(|index| format!("key-{index},value-{index}\n")).collect();
+    let (ok, stdout, stderr) = weir(&cluster.address(1), &["produce", "orders", "--key-separator", ","], Some(&input));
+    assert!(ok && stdout.contains("1200 record(s) acknowledged"), "{stdout}{stderr}");
+    let mut read = consume_all(&cluster.address(2), "orders");
+    read.sort();
+    let mut expected: Vec<String> = (0..1200).map(|index| format!("value-{index}")).collect();
+    expected.sort();
+    assert_eq!(read, expected);
+
+    // kill -9 the active controller: another voter takes over and admin works.
+    let active = status["active_controller"].as_i64().unwrap() as usize;
+    let survivor = if active == 1 { 2 } else { 1 };
+    let killed_at = Instant::now();
+    cluster.kill(active);
+    wait_for(&cluster, "a new active controller", || {
+        let status = json(&cluster.address(survivor), &["cluster", "status"])?;
+        let controller = status["active_controller"].as_i64()?;
+        (controller > 0 && controller as usize != active).then_some(())
+    });
+    wait_for(&cluster, "admin after the failover", || {
+        weir(&cluster.address(survivor), &["topic", "create", "after-failover"], None).0.then_some(())
+    });
+    eprintln!("controller failover, kill to admin working: {:?}", killed_at.elapsed());
+    // The dead broker is fenced: its partitions show no leader.
+    wait_for(&cluster, "the killed broker fenced", || {
+        let description = json(&cluster.address(survivor), &["topic", "describe", "orders"])?;
+        let leaders: Vec<i64> =
+            description["partitions"].as_array()?.iter().map(|p| p["leader"].as_i64().unwrap_or(0)).collect();
+        (leaders.contains(&-1) && !leaders.contains(&(active as i64))).then_some(())
+    });
+
+    // Back again: its partitions return with every record.
+    cluster.restart(active);
+    wait_for(&cluster, "every partition led again", || {
+        let description = json(&cluster.address(active), &["topic", "describe", "orders"])?;
+        description["partitions"].as_array()?.iter().all(|p| p["leader"].as_i64() > Some(0)).then_some(())
+    });
+    let mut read = consume_all(&cluster.address(active), "orders");
+    read.sort();
+    assert_eq!(read, expected, "records after the restart");
+}
+
+#[test]
+fn group_members_on_different_brokers_split_the_partitions() {
+    let cluster = Cluster::start(3);
+    wait_for(&cluster, "three active brokers", || {
+        let status = json(&cluster.address(1), &["cluster", "status"])?;
+        let active = status["brokers"].as_array()?.iter().filter(|broker| broker["state"] == "active").count();
+        (active == 3).then_some(())
+    });
+    let (ok, _, stderr) = weir(&cluster.address(1), &["topic", "create", "events", "--partitions", "6"], None);
+    assert!(ok, "{stderr}");
+    let members: Vec<std::process::Child> = [1, 3]
+        .iter()
+        .map(|id| {
+            Command::new(env!("CARGO_BIN_EXE_weir"))
+                .args(["consume", "events", "--group", "split", "--offset", "beginning", "--timeout-ms", "20000"])
+                .args(["--brokers", &cluster.address(*id)])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Both members own partitions before anything is produced.
+    wait_for(&cluster, "two members sharing the partitions", || {
+        let group = json(&cluster.address(2), &["group", "describe", "split"])?;
+        let members = group["members"].as_array()?;
+        let owned: Vec<usize> = members.iter().map(|m| m["assigned"].as_array().map_or(0, Vec::len)).collect();
+        (owned.len() == 2 && owned.iter().all(|count| *count > 0) && owned.iter().sum::<usize>() == 6).then_some(())
+    });
+    let input: String = (0..600).map(|index| format!("k{index},v{index}\n")).collect();
+    let (ok, stdout, stderr) = weir(&cluster.address(2), &["produce", "events", "--key-separator", ","], Some(&input));
+    assert!(ok, "{stdout}{stderr}");
+    let outputs: Vec<Vec<String>> = members
+        .into_iter()
+        .map(|member| {
+            let output = member.wait_with_output().unwrap();
+            String::from_utf8(output.stdout).unwrap().lines().map(str::to_owned).collect()
+        })
+        .collect();
+    assert!(
+        outputs.iter().all(|read| !read.is_empty()),
+        "both members read: {:?}",
+        outputs.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    let mut read: Vec<String> = outputs.concat();
+    read.sort();
+    let mut expected: Vec<String> = (0..600).map(|index| format!("v{index}")).collect();
+    expected.sort();
+    assert_eq!(read, expected, "each record once, across the two members");
+}
