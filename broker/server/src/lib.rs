@@ -17,8 +17,10 @@
 //!   idempotent-producer dedup, long-polling fetch below the high watermark, list
 //!   offsets, producer ids, admin;
 //! - [`error`]: [`ApiError`], the `ErrorCode` and message a client is told;
-//! - [`metadata_store`]: topics and producer-id blocks in one JSON file, replaced
-//!   atomically (until the openraft controller replaces it);
+//! - [`controller`]: the cluster metadata quorum (openraft behind our own API),
+//!   broker liveness, and the calls between brokers;
+//! - [`metadata_store`]: the metadata file of a single-node broker from before
+//!   the controller, read once by the upgrade;
 //! - [`config`]: [`BrokerConfig`] from defaults, a TOML file and overrides, and the
 //!   [`Limits`] of the RPC edge;
 //! - [`data_dir_lock`]: the exclusive lock that makes one process the owner of a

@@ -1,4 +1,5 @@
-//! [`MetadataStore`]: the single-node broker's durable cluster metadata — which
+//! [`MetadataStore`]: the metadata file of a single-node broker from before the
+//! controller; only the upgrade (`node/upgrade.rs`) reads it now. It held which
 //! topics exist (partition count, replication factor, config overrides) and the
 //! next block of producer ids, and the partition directories of deleted topics
 //! whose files may not be gone yet — in one JSON file,
@@ -10,11 +11,9 @@
 //! unknown version or unparsable content stops the broker with a clear error
 //! (it is never silently replaced).
 //!
-//! Ownership: [`crate::node::Node`] holds it behind a mutex; changes are rare
-//! (admin requests, one producer-id block per 1,000 producers).
-//!
-//! When the controller lands (openraft, DESIGN §3) this file is replaced by the
-//! metadata log; the records it will hold are exactly these fields.
+//! The controller's metadata log replaced it: the upgrade turns its topics into
+//! `AdoptTopic` requests and its producer-id block into a `ProducerIdBlock`, then
+//! sets the file aside.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

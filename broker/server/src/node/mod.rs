@@ -4,24 +4,28 @@
 //! encodes the answers back; nothing below this line knows about Cap'n Proto. `Node`
 //! is `Send + Sync` and shared by every connection thread.
 //!
-//! State: the durable [`MetadataStore`] (topics and producer-id blocks), the
-//! [`LogDir`] with every partition log, and per partition an idempotent-producer
-//! table. Admin changes are serialised by one mutex and written to the metadata
-//! store *before* the logs change, so a crash in between leaves metadata the next
-//! start reconciles (missing partition directories are created, directories of
-//! deleted topics are deleted).
+//! State: this broker's member of the controller quorum ([`Controller`]), whose
+//! applied image says which topics exist, where their partitions live and who
+//! leads them; the [`LogDir`] with every local partition log; per partition an
+//! idempotent-producer table. Admin changes go to the active controller first and
+//! the local partitions follow the applied image (`reconcile.rs`), so a crash in
+//! between leaves metadata the next start reconciles.
 //!
 //! Produce: validate the batch headers (CRC, size, codec), run the idempotence
 //! check and append under the partition's producer lock, then wait for durability
 //! as `acks` asks. Fetch: read committed batches (below the high watermark); long-
 //! poll until `min_bytes` are there or `max_wait` passed.
 //!
-//! Single node: this broker is the leader of every partition, leader epoch 0,
-//! replicas = ISR = [this broker]. The metadata shapes already carry a cluster.
+//! Produce, fetch and list offsets are served by a partition's leader only (others
+//! answer `NotLeaderOrFollower`), stamping the leader epoch the controller gave.
+//! Without replication, a partition's ISR is its leader alone.
 //!
 //! By concern, one file each: [`requests`] (the values served), `topics`
 //! (topics, configs, metadata), `data` (produce, fetch, list offsets),
-//! `producer_ids`, `groups` (consumer groups), `plugins` (plugins and transforms).
+//! `producer_ids`, `groups` (consumer groups), `plugins` (plugins and transforms),
+//! [`membership`] (registration, heartbeats, controlled shutdown, cluster
+//! status), `reconcile` (local partitions follow the image), `upgrade` (a
+//! single-node data directory from before the controller).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Cluster figures, measured on this machine (a separate command, never a test):
+#   1. controller failover: a 3-broker cluster; `kill -9` of the active controller,
+#      time until an admin request (topic create) succeeds on another broker;
+#      the killed broker is restarted between rounds. p50/p99 over ROUNDS kills.
+#   2. creating TOPICS one-partition topics one after another on a single broker.
+#   3. start-up of a single broker holding PARTITIONS partitions (clean stop).
+# Usage: scripts/cluster-figures.sh [ROUNDS=20] [TOPICS=1000] [PARTITIONS=10000]
+# WEIR_BIN picks the binary (default target/release/weir).
+set -euo pipefail
+ROUNDS=${1:-20}
+TOPICS=${2:-1000}
+PARTITIONS=${3:-10000}
+WEIR=${WEIR_BIN:-target/release/weir}
+WORK=$(mktemp -d)
+trap 'pkill -P $$ -f "weir serve" 2>/dev/null || true; kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+now() { date +%s.%N; }
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+json_field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+
+# ---- 1. controller failover ----
+P=($(port) $(port) $(port))
+VOTERS="1@127.0.0.1:${P[0]},2@127.0.0.1:${P[1]},3@127.0.0.1:${P[2]}"
+declare -A PID
+start() {
+  local id=$1
+  RUST_LOG=warn "$WEIR" serve --node-id "$id" --data-dir "$WORK/c$id" --listen "127.0.0.1:${P[$((id-1))]}" \
+    --controller-voters "$VOTERS" >"$WORK/c$id.log" 2>&1 &
+  PID[$id]=$!
+}
+address() { echo "127.0.0.1:${P[$(($1-1))]}"; }
+for id in 1 2 3; do start "$id"; done
+wait_active() { # until every broker is active and a controller is known
+  until out=$("$WEIR" cluster status --format json --brokers "$(address "$1")" 2>/dev/null) &&
+    [ "$(echo "$out" | python3 -c 'import json,sys; s=json.load(sys.stdin); print(int(s["active_controller"]>0 and all(b["state"]=="active" for b in s["brokers"]) and len(s["brokers"])==3))')" = 1 ]; do
+    sleep 0.1
+  done
+}
+wait_active 1
+times=()
+for round in $(seq 1 "$ROUNDS"); do
+  active=$("$WEIR" cluster status --format json --brokers "$(address 1)" | json_field '["active_controller"]')
+  other=$(( active % 3 + 1 ))
+  start_time=$(now)
+  kill -9 "${PID[$active]}"; wait "${PID[$active]}" 2>/dev/null || true
+  until "$WEIR" topic create "failover-$round" --brokers "$(address "$other")" >/dev/null 2>&1; do sleep 0.02; done
+  end_time=$(now)
+  times+=("$(python3 -c "print($end_time - $start_time)")")
+  printf 'round %d: killed controller %d, admin on broker %d after %.2f s\n' "$round" "$active" "$other" "${times[-1]}"
+  start "$active"
+  wait_active "$other"
+done
+python3 - "${times[@]}" <<'EOF'
+import sys
+t = sorted(float(x) for x in sys.argv[1:])
+q = lambda p: t[min(len(t) - 1, int(round(p * (len(t) - 1))))]
+print(f"controller failover over {len(t)} kills: p50 {q(0.5):.2f} s, p99 {q(0.99):.2f} s, max {t[-1]:.2f} s")
+EOF
+for id in 1 2 3; do kill "${PID[$id]}" 2>/dev/null || true; done
+wait 2>/dev/null || true
+
+# ---- 2 and 3: one broker ----
+SP=$(port)
+RUST_LOG=warn "$WEIR" serve --data-dir "$WORK/single" --listen "127.0.0.1:$SP" >"$WORK/single.log" 2>&1 &
+SINGLE=$!
+until "$WEIR" cluster status --brokers "127.0.0.1:$SP" >/dev/null 2>&1; do sleep 0.1; done
+start_time=$(now)
+for i in $(seq 1 "$TOPICS"); do
+  "$WEIR" topic create "t-$i" --brokers "127.0.0.1:$SP" >/dev/null
+done
+end_time=$(now)
+python3 -c "print(f'creating $TOPICS topics one after another (one CLI process each): {($end_time - $start_time):.1f} s, {($end_time - $start_time) / $TOPICS * 1000:.1f} ms per topic')"
+per_topic=1000
+topics=$(( (PARTITIONS + per_topic - 1) / per_topic ))
+for i in $(seq 1 "$topics"); do
+  "$WEIR" topic create "wide-$i" --partitions "$per_topic" --brokers "127.0.0.1:$SP" >/dev/null
+done
+kill "$SINGLE"; wait "$SINGLE" 2>/dev/null || true
+start_time=$(now)
+RUST_LOG=info "$WEIR" serve --data-dir "$WORK/single" --listen "127.0.0.1:$SP" >"$WORK/single2.log" 2>&1 &
+SINGLE=$!
+until grep -q "listening" "$WORK/single2.log"; do sleep 0.05; done
+end_time=$(now)
+python3 -c "print(f'start-up with $((topics * per_topic + TOPICS + 8)) partitions (clean stop before): {($end_time - $start_time):.2f} s')"
+kill "$SINGLE"; wait "$SINGLE" 2>/dev/null || true
