@@ -34,7 +34,9 @@ impl Cluster {
         let mut cluster = Cluster { dir: tempfile::tempdir().unwrap(), ports, brokers: Vec::new() };
         let starting: Vec<mpsc::Receiver<()>> = (1..=size).map(|id| cluster.spawn(id)).collect();
         for (index, listening) in starting.iter().enumerate() {
-            listening.recv_timeout(DEADLINE).unwrap_or_else(|_| panic!("broker {} never listened", index + 1));
+            if listening.recv_timeout(DEADLINE).is_err() {
+                panic!("broker {} never listened\n{}", index + 1, cluster.logs());
+            }
         }
         cluster
     }
@@ -95,7 +97,9 @@ impl Cluster {
 
     fn restart(&mut self, id: usize) {
         let listening = self.spawn(id);
-        listening.recv_timeout(DEADLINE).unwrap_or_else(|_| panic!("broker {id} never listened after a restart"));
+        if listening.recv_timeout(DEADLINE).is_err() {
+            panic!("broker {id} never listened after a restart\n{}", self.logs());
+        }
     }
 
     fn logs(&self) -> String {

@@ -399,9 +399,26 @@ impl Admin {
     pub async fn list_groups(&self) -> Result<Vec<GroupListing>, ClientError> {
         self.cluster.refresh(&[]).await?;
         let mut groups = Vec::new();
+        let mut answered = false;
+        let mut first_error = None;
         for address in self.cluster.broker_addresses() {
-            let connection = self.cluster.connection(&address).await?;
-            groups.extend(self.with_admin_of(connection, "list groups", list_groups_call).await?);
+            let listed = match self.cluster.connection(&address).await {
+                Ok(connection) => self.with_admin_of(connection, "list groups", list_groups_call).await,
+                Err(error) => Err(error),
+            };
+            // A broker that is down coordinates nothing right now: the others answer.
+            match listed {
+                Ok(listed) => {
+                    answered = true;
+                    groups.extend(listed);
+                }
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        if let (false, Some(error)) = (answered, first_error) {
+            return Err(error);
         }
         groups.sort_by(|left: &GroupListing, right| left.group_id.cmp(&right.group_id));
         groups.dedup_by(|left, right| left.group_id == right.group_id);

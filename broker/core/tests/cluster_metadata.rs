@@ -2,7 +2,7 @@
 //! that apply cleanly and keep every invariant, replay rebuilds the same image,
 //! and records that do not fit change nothing.
 //!
-//! The random walk runs `WEIR_SIM_SEEDS` seeds (default 300); a failure prints its
+//! The random walk runs `WEIR_SIM_SEEDS` seeds (default 1,000); a failure prints its
 //! seed, and `WEIR_SIM_SEED=N` replays that one.
 #![allow(clippy::unwrap_used)]
 
@@ -246,7 +246,7 @@ fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
 
 #[test]
 fn random_controller_requests_keep_the_invariants_and_replay_to_the_same_image() {
-    let seeds: u64 = std::env::var("WEIR_SIM_SEEDS").ok().and_then(|text| text.parse().ok()).unwrap_or(300);
+    let seeds: u64 = std::env::var("WEIR_SIM_SEEDS").ok().and_then(|text| text.parse().ok()).unwrap_or(1_000);
     let only: Option<u64> = std::env::var("WEIR_SIM_SEED").ok().and_then(|text| text.parse().ok());
     let mut kinds = BTreeMap::<&str, usize>::new();
     for seed in only.map_or(0..seeds, |seed| seed..seed + 1) {

@@ -53,6 +53,10 @@ struct Shard {
     /// Size of the last snapshot: the next waits until the log doubled it, so a
     /// large state is not rewritten over and over.
     snapshot_bytes: std::sync::atomic::AtomicU64,
+    /// Set (under the coordinator's lock) when this broker stops leading the
+    /// partition: a write that still holds the shard appends nothing after that,
+    /// so a later replay of the partition misses no acknowledged write.
+    retired: std::sync::atomic::AtomicBool,
 }
 
 /// See the module docs.
@@ -109,9 +113,16 @@ impl GroupCoordinators {
                     replay_partition(&partition, &mut coordinator)?;
                     let snapshot_bytes = std::sync::atomic::AtomicU64::new(0);
                     tracing::info!(partition = %partition.name(), "coordinating the groups of this partition");
-                    Arc::new(Shard { partition, coordinator: Mutex::new(coordinator), snapshot_bytes })
+                    let retired = std::sync::atomic::AtomicBool::new(false);
+                    Arc::new(Shard { partition, coordinator: Mutex::new(coordinator), snapshot_bytes, retired })
                 }
             });
+        }
+        for (old, new) in current.iter().zip(&next) {
+            if let Some(old) = old.as_ref().filter(|old| !new.as_ref().is_some_and(|new| Arc::ptr_eq(old, new))) {
+                let _coordinator = lock(&old.coordinator);
+                old.retired.store(true, std::sync::atomic::Ordering::Release);
+            }
         }
         *self.shards.write().unwrap_or_else(|p| p.into_inner()) = next;
         Ok(())
@@ -143,6 +154,10 @@ impl GroupCoordinators {
         let shard = self.shard(group_id)?;
         let (durable_needed, value) = {
             let mut coordinator = lock(&shard.coordinator);
+            if shard.retired.load(std::sync::atomic::Ordering::Acquire) {
+                let message = format!("this broker stopped coordinating group {group_id:?}");
+                return Err(ApiError::new(ErrorCode::NotCoordinator, message));
+            }
             let (records, value) = handler(&mut coordinator)?;
             let end = append(&shard.partition, &records, self.clock.now_ms())?;
             records.iter().for_each(|record| coordinator.replay(record));

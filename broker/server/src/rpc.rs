@@ -1056,16 +1056,20 @@ impl admin::Server for AdminService {
 #[derive(Debug)]
 pub struct QuorumOnlyService {
     controller: crate::controller::Controller,
+    /// Notified when the peer makes a call only clients make: its connection is
+    /// closed then.
+    client_seen: Rc<tokio::sync::Notify>,
 }
 
 impl QuorumOnlyService {
-    pub fn new(controller: crate::controller::Controller) -> QuorumOnlyService {
-        QuorumOnlyService { controller }
+    pub fn new(controller: crate::controller::Controller, client_seen: Rc<tokio::sync::Notify>) -> QuorumOnlyService {
+        QuorumOnlyService { controller, client_seen }
     }
-}
 
-fn starting() -> capnp::Error {
-    capnp::Error::disconnected("the broker is still starting; connect again".to_owned())
+    fn starting(&self) -> capnp::Error {
+        self.client_seen.notify_one();
+        capnp::Error::disconnected("the broker is still starting; connect again".to_owned())
+    }
 }
 
 impl broker::Server for QuorumOnlyService {
@@ -1098,19 +1102,19 @@ impl broker::Server for QuorumOnlyService {
         _: broker::MetadataParams,
         _: broker::MetadataResults,
     ) -> Result<(), capnp::Error> {
-        Err(starting())
+        Err(self.starting())
     }
 
     async fn admin(self: Rc<Self>, _: broker::AdminParams, _: broker::AdminResults) -> Result<(), capnp::Error> {
-        Err(starting())
+        Err(self.starting())
     }
 
     async fn produce(self: Rc<Self>, _: broker::ProduceParams, _: broker::ProduceResults) -> Result<(), capnp::Error> {
-        Err(starting())
+        Err(self.starting())
     }
 
     async fn fetch(self: Rc<Self>, _: broker::FetchParams, _: broker::FetchResults) -> Result<(), capnp::Error> {
-        Err(starting())
+        Err(self.starting())
     }
 
     async fn fetch_many(
@@ -1118,7 +1122,7 @@ impl broker::Server for QuorumOnlyService {
         _: broker::FetchManyParams,
         _: broker::FetchManyResults,
     ) -> Result<(), capnp::Error> {
-        Err(starting())
+        Err(self.starting())
     }
 
     async fn list_offset(
@@ -1126,7 +1130,7 @@ impl broker::Server for QuorumOnlyService {
         _: broker::ListOffsetParams,
         _: broker::ListOffsetResults,
     ) -> Result<(), capnp::Error> {
-        Err(starting())
+        Err(self.starting())
     }
 
     async fn init_producer_id(
@@ -1134,7 +1138,7 @@ impl broker::Server for QuorumOnlyService {
         _: broker::InitProducerIdParams,
         _: broker::InitProducerIdResults,
     ) -> Result<(), capnp::Error> {
-        Err(starting())
+        Err(self.starting())
     }
 
     async fn group_heartbeat(
@@ -1142,7 +1146,7 @@ impl broker::Server for QuorumOnlyService {
         _: broker::GroupHeartbeatParams,
         _: broker::GroupHeartbeatResults,
     ) -> Result<(), capnp::Error> {
-        Err(starting())
+        Err(self.starting())
     }
 
     async fn commit_offsets(
@@ -1150,7 +1154,7 @@ impl broker::Server for QuorumOnlyService {
         _: broker::CommitOffsetsParams,
         _: broker::CommitOffsetsResults,
     ) -> Result<(), capnp::Error> {
-        Err(starting())
+        Err(self.starting())
     }
 
     async fn fetch_offsets(
@@ -1158,7 +1162,7 @@ impl broker::Server for QuorumOnlyService {
         _: broker::FetchOffsetsParams,
         _: broker::FetchOffsetsResults,
     ) -> Result<(), capnp::Error> {
-        Err(starting())
+        Err(self.starting())
     }
 
     async fn find_coordinator(
@@ -1166,6 +1170,6 @@ impl broker::Server for QuorumOnlyService {
         _: broker::FindCoordinatorParams,
         _: broker::FindCoordinatorResults,
     ) -> Result<(), capnp::Error> {
-        Err(starting())
+        Err(self.starting())
     }
 }

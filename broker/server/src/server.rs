@@ -249,8 +249,9 @@ impl Server {
             let _ = thread.join();
         }
         self.node.stop_transforms();
-        self.node.shutdown();
+        // The Raft node stops writing before the data directory is unlocked.
         self.node.stop_controller().await;
+        self.node.shutdown();
         tracing::info!("stopped cleanly");
         Ok(())
     }
@@ -313,13 +314,14 @@ async fn serve_connection(stream: TcpStream, slots: ConnectionSlots, node: Arc<N
 }
 
 /// Serves the controller quorum's calls on connections accepted while the broker
-/// is still opening (see [`Server::bind`]); any other call is answered as a
-/// disconnection, so a client retries and reconnects to the opened broker. The
-/// connections it accepted keep being served by it (brokers' links only ever make
-/// quorum calls on them).
+/// is still opening (see [`Server::bind`]). A connection that makes any other
+/// call (a client) is closed, so the client connects again and, once the broker
+/// is open, reaches it. Other brokers' connections stay served here: closing them
+/// under calls in flight would leave those calls neither answered nor dropped.
 #[derive(Debug)]
 struct StartupListener {
     accepting: tokio::task::JoinHandle<()>,
+    stop: watch::Sender<bool>,
 }
 
 impl StartupListener {
@@ -329,17 +331,28 @@ impl StartupListener {
         limits: Limits,
     ) -> Result<StartupListener, ServerError> {
         let (sender, mut receiver) = mpsc::unbounded_channel::<TcpStream>();
+        let (stop, mut stopped) = watch::channel(false);
         let runtime =
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ServerError::Thread)?;
         std::thread::Builder::new()
             .name("weir-rpc-startup".to_owned())
             .spawn(move || {
                 let local = tokio::task::LocalSet::new();
+                // Returning drops the LocalSet, and with it every connection.
                 local.block_on(&runtime, async move {
-                    while let Some(stream) = receiver.recv().await {
-                        tokio::task::spawn_local(serve_startup_connection(stream, controller.clone(), limits.clone()));
+                    loop {
+                        tokio::select! {
+                            _ = stopped.wait_for(|stopped| *stopped) => break,
+                            stream = receiver.recv() => match stream {
+                                Some(stream) => {
+                                    let serving = serve_startup_connection(stream, controller.clone(), limits.clone());
+                                    tokio::task::spawn_local(serving);
+                                }
+                                None => break,
+                            },
+                        }
                     }
-                    // Keep serving the accepted connections until they close.
+                    // Keep serving the brokers' connections until they close.
                     std::future::pending::<()>().await;
                 });
             })
@@ -360,11 +373,13 @@ impl StartupListener {
                 }
             }
         });
-        Ok(StartupListener { accepting })
+        Ok(StartupListener { accepting, stop })
     }
 
+    /// Stops accepting.
     fn stop_accepting(self) {
         self.accepting.abort();
+        let _ = self.stop.send(true);
     }
 }
 
@@ -379,9 +394,15 @@ async fn serve_startup_connection(stream: TcpStream, controller: crate::controll
         rpc_twoparty_capnp::Side::Server,
         options,
     );
-    let bootstrap: broker::Client = capnp_rpc::new_client(crate::rpc::QuorumOnlyService::new(controller));
+    let client_seen = std::rc::Rc::new(tokio::sync::Notify::new());
+    let service = crate::rpc::QuorumOnlyService::new(controller, client_seen.clone());
+    let bootstrap: broker::Client = capnp_rpc::new_client(service);
     let rpc = RpcSystem::new(Box::new(network), Some(bootstrap.client));
-    if let Err(error) = rpc.await {
-        tracing::debug!(%error, "startup connection closed");
+    tokio::select! {
+        outcome = rpc => if let Err(error) = outcome {
+            tracing::debug!(%error, "startup connection closed");
+        },
+        // A client: closed, so that it connects again to the opened broker.
+        () = client_seen.notified() => tracing::debug!("closed a client's connection made while starting"),
     }
 }

@@ -3,9 +3,12 @@
 //!
 //! capnp-rpc is `!Send`, so one thread ("weir-brokers") owns a current-thread
 //! runtime, a `LocalSet` and one connection per peer address; calls reach it over
-//! a channel and answer through a oneshot. A connection that fails is dropped and
-//! the next call to that peer connects again. Every call is bounded by
-//! [`CALL_TIMEOUT`]: a dead peer costs a timeout, never a hang.
+//! a bounded channel ([`CALLS_QUEUED_MAX`]) and answer through a oneshot. Each call
+//! runs as its own task — connecting included — so a peer that does not answer
+//! holds up only its own calls. A call that fails or times out drops its peer's
+//! connection (unless a newer one replaced it), and the next call connects again.
+//! Every call is bounded by [`CALL_TIMEOUT`]; a call whose caller gave up is
+//! skipped.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -23,6 +26,8 @@ use super::NodeId;
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest answer accepted from a peer (a snapshot of the metadata image).
 const ANSWER_BYTES_MAX: usize = 256 << 20;
+/// Calls waiting for the link thread; past it, calls fail at once.
+pub const CALLS_QUEUED_MAX: usize = 4096;
 
 struct LinkCall {
     target: NodeId,
@@ -35,13 +40,13 @@ struct LinkCall {
 /// See the module docs. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct BrokerLinks {
-    calls: mpsc::UnboundedSender<LinkCall>,
+    calls: mpsc::Sender<LinkCall>,
 }
 
 impl BrokerLinks {
     /// Starts the link thread.
     pub fn start() -> std::io::Result<BrokerLinks> {
-        let (calls, receiver) = mpsc::unbounded_channel();
+        let (calls, receiver) = mpsc::channel(CALLS_QUEUED_MAX);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         std::thread::Builder::new().name("weir-brokers".to_owned()).spawn(move || {
             let local = tokio::task::LocalSet::new();
@@ -55,53 +60,73 @@ impl RaftTransport for BrokerLinks {
     fn call(&self, target: NodeId, address: &str, kind: RaftCallKind, payload: Vec<u8>) -> CallFuture {
         let (answer, answered) = oneshot::channel();
         let call = LinkCall { target, address: address.to_owned(), kind, payload, answer };
-        let sent = self.calls.send(call).is_ok();
+        let sent = self.calls.try_send(call);
         Box::pin(async move {
             let gone = || TransportError { target, reason: "the broker link thread stopped".to_owned() };
-            if !sent {
-                return Err(gone());
+            match sent {
+                Ok(()) => answered.await.map_err(|_| gone())?,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    Err(TransportError { target, reason: format!("{CALLS_QUEUED_MAX} calls already queued") })
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => Err(gone()),
             }
-            answered.await.map_err(|_| gone())?
         })
     }
 }
 
-async fn serve_calls(mut calls: mpsc::UnboundedReceiver<LinkCall>) {
-    let mut peers: HashMap<String, broker::Client> = HashMap::new();
+/// A connection to one peer; `generation` tells a newer one from an older.
+struct Peer {
+    client: broker::Client,
+    generation: u64,
+}
+
+type Peers = std::rc::Rc<std::cell::RefCell<HashMap<String, Peer>>>;
+
+async fn serve_calls(mut calls: mpsc::Receiver<LinkCall>) {
+    let peers: Peers = Peers::default();
+    let mut generations = 0u64;
     while let Some(call) = calls.recv().await {
-        let client = match peers.get(&call.address) {
-            Some(client) => Ok(client.clone()),
-            None => connect(&call.address).await,
-        };
-        let client = match client {
-            Ok(client) => client,
-            Err(reason) => {
-                let _ = call.answer.send(Err(TransportError { target: call.target, reason }));
-                continue;
+        if call.answer.is_closed() {
+            continue;
+        }
+        generations += 1;
+        let new_generation = generations;
+        tokio::task::spawn_local(run_call(peers.clone(), call, new_generation));
+    }
+}
+
+/// One call, connecting first when there is no connection to its peer.
+async fn run_call(peers: Peers, call: LinkCall, new_generation: u64) {
+    let address = call.address.clone();
+    // The connection this call used, once it has one.
+    let used = std::cell::Cell::new(None);
+    let attempt = async {
+        let known = peers.borrow().get(&address).map(|peer| (peer.client.clone(), peer.generation));
+        let (client, generation) = match known {
+            Some(known) => known,
+            None => {
+                let client = connect(&address).await.map_err(|reason| (reason, None))?;
+                let peer = Peer { client: client.clone(), generation: new_generation };
+                peers.borrow_mut().insert(address.clone(), peer);
+                (client, new_generation)
             }
         };
-        peers.insert(call.address.clone(), client.clone());
-        // Calls run concurrently; a failed one drops its peer's connection.
-        let broken = std::rc::Rc::new(std::cell::Cell::new(false));
-        let flag = broken.clone();
-        let address = call.address.clone();
-        tokio::task::spawn_local(async move {
-            let outcome = tokio::time::timeout(CALL_TIMEOUT, call_once(&client, call.kind, call.payload)).await;
-            let outcome = match outcome {
-                Ok(outcome) => outcome,
-                Err(_) => Err(format!("no answer within {} ms", CALL_TIMEOUT.as_millis())),
-            };
-            if outcome.is_err() {
-                flag.set(true);
-            }
-            let _ = call.answer.send(outcome.map_err(|reason| TransportError { target: call.target, reason }));
-        });
-        // A broken connection is forgotten at the next call to that peer.
-        tokio::task::yield_now().await;
-        if broken.get() {
+        used.set(Some(generation));
+        call_once(&client, call.kind, call.payload).await.map_err(|reason| (reason, Some(generation)))
+    };
+    let outcome = match tokio::time::timeout(CALL_TIMEOUT, attempt).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err((format!("no answer within {} ms", CALL_TIMEOUT.as_millis()), used.get())),
+    };
+    let outcome = outcome.map_err(|(reason, generation)| {
+        // Forget the connection that failed, not a newer one made meanwhile.
+        let mut peers = peers.borrow_mut();
+        if generation.is_some() && peers.get(&address).map(|peer| peer.generation) == generation {
             peers.remove(&address);
         }
-    }
+        TransportError { target: call.target, reason }
+    });
+    let _ = call.answer.send(outcome);
 }
 
 async fn call_once(client: &broker::Client, kind: RaftCallKind, payload: Vec<u8>) -> Result<Vec<u8>, String> {

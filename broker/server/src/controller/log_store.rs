@@ -88,27 +88,47 @@ fn frame(entry: &Entry) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// A frame at `position` of `bytes`: (payload, end) when whole and its CRC holds.
+fn frame_at(bytes: &[u8], position: usize) -> Option<(&[u8], usize)> {
+    let header = bytes.get(position..position + FRAME_HEADER_BYTES)?;
+    let length = u32::from_be_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_be_bytes(header[4..].try_into().expect("4 bytes"));
+    let start = position + FRAME_HEADER_BYTES;
+    let payload = bytes.get(start..start.checked_add(length).filter(|_| length <= ENTRY_BYTES_MAX)?)?;
+    (crc32fast::hash(payload) == crc).then_some((payload, start + length))
+}
+
 /// Reads frames from `bytes`; returns the entries with their positions and the
-/// length of the valid prefix.
-fn read_frames(bytes: &[u8]) -> (Vec<(Entry, u64)>, u64) {
+/// length of the valid prefix. Only a torn *tail* is cut: a bad frame followed by
+/// a whole, valid frame is damage in the middle of the log, and a frame whose CRC
+/// holds but whose entry cannot be read (written by another version?) is never
+/// dropped — both are errors, and the broker stops instead of forgetting
+/// committed metadata.
+fn read_frames(bytes: &[u8]) -> io::Result<(Vec<(Entry, u64)>, u64)> {
     let mut entries = Vec::new();
     let mut position = 0;
-    while bytes.len() - position >= FRAME_HEADER_BYTES {
-        let length = u32::from_be_bytes(bytes[position..position + 4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_be_bytes(bytes[position + 4..position + 8].try_into().expect("4 bytes"));
-        let start = position + FRAME_HEADER_BYTES;
-        if length > ENTRY_BYTES_MAX || bytes.len() - start < length {
+    while position < bytes.len() {
+        let Some((payload, end)) = frame_at(bytes, position) else {
+            // Torn, unless a valid frame follows where this one says it ends.
+            let declared = bytes
+                .get(position..position + 4)
+                .map(|length| u32::from_be_bytes(length.try_into().expect("4 bytes")) as usize);
+            let next = declared.and_then(|length| position.checked_add(FRAME_HEADER_BYTES + length));
+            if next.is_some_and(|next| frame_at(bytes, next).is_some()) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("the metadata log is damaged at byte {position}, with valid entries after it"),
+                ));
+            }
             break;
-        }
-        let payload = &bytes[start..start + length];
-        if crc32fast::hash(payload) != crc {
-            break;
-        }
-        let Ok(entry) = serde_json::from_slice::<Entry>(payload) else { break };
+        };
+        let entry: Entry = serde_json::from_slice(payload).map_err(|error| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("metadata log entry at byte {position}: {error}"))
+        })?;
         entries.push((entry, position as u64));
-        position = start + length;
+        position = end;
     }
-    (entries, position as u64)
+    Ok((entries, position as u64))
 }
 
 impl LogStore {
@@ -120,7 +140,8 @@ impl LogStore {
         let last_purged: Option<LogId<NodeId>> = read_json(&*storage, &dir.join(PURGED_FILE))?;
         let path = dir.join(LOG_FILE);
         let bytes = read_file(&*storage, &path)?.unwrap_or_default();
-        let (frames, valid_len) = read_frames(&bytes);
+        let (frames, valid_len) = read_frames(&bytes)
+            .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", path.display())))?;
         let file = storage.open(&path, true)?;
         if valid_len < bytes.len() as u64 {
             tracing::warn!(

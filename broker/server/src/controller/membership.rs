@@ -81,6 +81,13 @@ impl Controller {
         })
     }
 
+    /// Counts a registration or unfencing carried out here as a heartbeat: a
+    /// broker gets a full session from then on, before its own heartbeats start.
+    pub(super) fn heard_from(&self, broker_id: BrokerId, broker_epoch: u64) {
+        let seen = Seen { at: Instant::now(), broker_epoch, metadata_offset: -1 };
+        liveness(self).seen.insert(broker_id, seen);
+    }
+
     /// Sends this broker's heartbeat to the active controller (here or forwarded).
     pub async fn heartbeat(&self, heartbeat: &BrokerHeartbeat) -> Result<HeartbeatAnswer, SubmitError<String>> {
         let leader = self.active_controller();

@@ -74,6 +74,8 @@ pub type Entry = openraft::Entry<TypeConfig>;
 
 /// Directory of the controller's files inside the data directory.
 pub const CONTROLLER_DIR: &str = "__cluster_metadata";
+/// Longest a submission waits for its records to commit.
+const SUBMIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Entries between snapshots (after which the log is purged).
 const SNAPSHOT_AFTER_ENTRIES: u64 = 1_000;
 
@@ -115,9 +117,14 @@ pub enum SubmitError<E> {
     /// This node is not the active controller.
     #[error("this broker is not the active controller (the active one is {leader:?})")]
     NotController { leader: Option<NodeId> },
-    /// The quorum could not commit or apply it.
+    /// The quorum could not commit it, or did not say in time (the outcome is
+    /// unknown: it may still commit).
     #[error("the controller could not commit the change: {0}")]
     Failed(String),
+    /// It was committed but does not fit the metadata (applying it changed
+    /// nothing, on every replica): retrying cannot help.
+    #[error("the controller could not apply the change: {0}")]
+    Rejected(String),
 }
 
 /// See the module docs.
@@ -131,6 +138,9 @@ pub struct Controller {
     submitting: Arc<tokio::sync::Mutex<()>>,
     /// Brokers' heartbeats, while this node is the active controller.
     liveness: membership::SharedLiveness,
+    /// The runtime the Raft node runs on: submissions run there as tasks of their
+    /// own, never inside a caller (an RPC connection) that may vanish mid-way.
+    runtime: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for Controller {
@@ -170,8 +180,15 @@ impl Controller {
         let raft = Raft::new(node_id, config, network, log_store.clone(), state_machine)
             .await
             .map_err(|error| ControllerStartError::Raft(error.to_string()))?;
-        let controller =
-            Controller { node_id, raft, transport, applied, submitting: Arc::default(), liveness: Arc::default() };
+        let controller = Controller {
+            node_id,
+            raft,
+            transport,
+            applied,
+            submitting: Arc::default(),
+            liveness: Arc::default(),
+            runtime: tokio::runtime::Handle::current(),
+        };
         if log_store.is_new() {
             let members: BTreeMap<NodeId, BasicNode> =
                 voters.into_iter().map(|(id, address)| (id, BasicNode::new(address))).collect();
@@ -227,7 +244,15 @@ impl Controller {
     ) -> Result<(T, Option<u64>), SubmitError<E>> {
         let _one_at_a_time = self.submitting.lock().await;
         // Everything committed before (by this or an earlier leader) is applied.
-        if let Err(error) = self.raft.ensure_linearizable().await {
+        // Bounded: without a quorum it would wait for ever.
+        let linearized = tokio::time::timeout(SUBMIT_TIMEOUT, self.raft.ensure_linearizable()).await;
+        let Ok(linearized) = linearized else {
+            return Err(SubmitError::Failed(format!(
+                "no quorum confirmed leadership within {} ms",
+                SUBMIT_TIMEOUT.as_millis()
+            )));
+        };
+        if let Err(error) = linearized {
             return Err(match error.forward_to_leader() {
                 Some(forward) => SubmitError::NotController { leader: forward.leader_id },
                 None => SubmitError::Failed(error.to_string()),
@@ -238,11 +263,17 @@ impl Controller {
             return Ok((value, None));
         }
         let count = records.len() as u64;
-        match self.raft.client_write(MetadataCommand { records }).await {
+        // Bounded: a leader that lost its quorum never commits, and would hold
+        // every later submission (and a controlled shutdown) behind this one.
+        let written = tokio::time::timeout(SUBMIT_TIMEOUT, self.raft.client_write(MetadataCommand { records })).await;
+        let Ok(written) = written else {
+            return Err(SubmitError::Failed(format!("not committed within {} ms", SUBMIT_TIMEOUT.as_millis())));
+        };
+        match written {
             Ok(response) => match (response.data.error, response.data.first_offset) {
                 (None, Some(first)) => Ok((value, Some(first + count - 1))),
                 (None, None) => Ok((value, None)),
-                (Some(error), _) => Err(SubmitError::Failed(error)),
+                (Some(error), _) => Err(SubmitError::Rejected(error)),
             },
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
                 Err(SubmitError::NotController { leader: forward.leader_id })
@@ -256,8 +287,30 @@ impl Controller {
         &self,
         request: &ControllerRequest,
     ) -> Result<ControllerResponse, SubmitError<ControllerError>> {
+        // A task of its own on the controller's runtime: it holds the submission
+        // lock, and must finish (or time out) and release it even when the caller
+        // — a connection from another broker — goes away while it runs.
+        let controller = self.clone();
+        let request = request.clone();
+        let task = self.runtime.spawn(async move { controller.carry_out_here(&request).await });
+        task.await.unwrap_or_else(|error| Err(SubmitError::Failed(format!("the submission task failed: {error}"))))
+    }
+
+    async fn carry_out_here(
+        &self,
+        request: &ControllerRequest,
+    ) -> Result<ControllerResponse, SubmitError<ControllerError>> {
         let (mut response, last_offset) = self.submit(|image| request.plan(image)).await?;
         response.last_offset = last_offset;
+        if let (ControllerRequest::RegisterBroker(registration), Some(offset)) = (request, last_offset) {
+            // The registration is the last record written: its offset, as applied,
+            // is the broker's epoch.
+            response.value = Some(offset as i64);
+            self.heard_from(registration.broker_id, offset);
+        }
+        if let ControllerRequest::UnfenceBroker { broker_id, broker_epoch } = request {
+            self.heard_from(*broker_id, *broker_epoch);
+        }
         Ok(response)
     }
 
@@ -328,8 +381,12 @@ impl Controller {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut pause = Duration::from_millis(10);
         loop {
-            match self.request(request).await {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let attempt = tokio::time::timeout(left, self.request(request)).await;
+            let attempt = attempt.unwrap_or_else(|_| Err(SubmitError::Failed("no answer in time".to_owned())));
+            match attempt {
                 Err(SubmitError::Refused(error)) => return Err(SubmitError::Refused(error)),
+                Err(SubmitError::Rejected(error)) => return Err(SubmitError::Rejected(error)),
                 Err(error) if tokio::time::Instant::now() + pause < deadline => {
                     tracing::debug!(%error, "controller request retried");
                     tokio::time::sleep(pause).await;

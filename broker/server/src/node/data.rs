@@ -53,6 +53,12 @@ impl Node {
                 order.push((partition, group.iter().map(|batch| batch.records.len()).sum::<usize>() - 1));
             }
         }
+        // Every target partition must be led here before anything is appended: a
+        // request half appended and then refused would be retried whole.
+        for partition in groups.keys() {
+            let (topic, index) = self.slot(&request.topic, *partition)?;
+            topic.slots[index].led()?;
+        }
         let mut base_offsets = BTreeMap::new();
         let mut log_start_offset = -1;
         for (partition, batches) in groups {

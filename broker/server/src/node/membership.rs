@@ -6,6 +6,9 @@
 
 use super::*;
 
+/// Longest a broker waits for the other voters before creating the internal
+/// topics on the brokers that are up.
+const INTERNAL_TOPICS_WAIT: Duration = Duration::from_secs(30);
 /// Bytes of randomness behind a cluster id.
 const CLUSTER_ID_BYTES: usize = 16;
 
@@ -43,10 +46,25 @@ impl Node {
         Ok(())
     }
 
-    /// Creates `__consumer_offsets` when the cluster has none yet.
+    /// Creates `__consumer_offsets` when the cluster has none yet — once every
+    /// voter is registered and active (or after a while), so its partitions spread
+    /// over the whole cluster rather than the first broker up.
     pub(super) async fn ensure_internal_topics(&self) -> Result<(), NodeError> {
-        if self.controller.read(|image| image.topics.contains_key(CONSUMER_OFFSETS_TOPIC)) {
-            return Ok(());
+        let voters = self.controller.voters().len();
+        let started = tokio::time::Instant::now();
+        loop {
+            let (exists, active) = self.controller.read(|image| {
+                let active = image.brokers.values().filter(|broker| !broker.fenced).count();
+                (image.topics.contains_key(CONSUMER_OFFSETS_TOPIC), active)
+            });
+            if exists {
+                return Ok(());
+            }
+            if active >= voters || started.elapsed() >= INTERNAL_TOPICS_WAIT {
+                break;
+            }
+            let mut applied = self.controller.applied().applied_index.clone();
+            let _ = tokio::time::timeout(Duration::from_millis(200), applied.changed()).await;
         }
         let configs = [("flush.policy", "always"), ("retention.ms", "-1"), ("segment.bytes", "67108864")]
             .map(|(key, value)| (key.to_owned(), value.to_owned()));
@@ -141,11 +159,13 @@ impl Node {
             let heartbeat = BrokerHeartbeat { broker_id: self.broker.id, broker_epoch, metadata_offset };
             match self.controller.heartbeat(&heartbeat).await {
                 Ok(answer) if !answer.registered => {
+                    // Another process registered under this id: never lead beside it.
                     tracing::error!(
                         broker_id = self.broker.id,
                         broker_epoch,
-                        "another start of this broker id registered"
+                        "another start of this broker id registered; this one stops leading"
                     );
+                    self.stop_leading();
                 }
                 Ok(answer) if answer.fenced && !self.stopping.load(std::sync::atomic::Ordering::Acquire) => {
                     tracing::info!(broker_id = self.broker.id, "fenced by the controller; asking to lead again");
@@ -156,6 +176,17 @@ impl Node {
                 }
                 Ok(_) => {}
                 Err(error) => tracing::debug!(%error, "heartbeat not taken"),
+            }
+        }
+    }
+
+    /// Leads nothing from now on (until the next reconcile says otherwise).
+    pub(super) fn stop_leading(&self) {
+        for topic in self.topics().values() {
+            for slot in &topic.slots {
+                if let Slot::Online { leadership, .. } = slot {
+                    leadership.set(false, 0);
+                }
             }
         }
     }

@@ -163,6 +163,9 @@ pub struct Node {
     broker_epoch: std::sync::atomic::AtomicU64,
     /// Set by a controlled shutdown: no more heartbeats or unfencing.
     stopping: std::sync::atomic::AtomicBool,
+    /// Whether the image's registration of this broker id is this start's own
+    /// (another process registering the id makes this one lead nothing).
+    registration_current: std::sync::atomic::AtomicBool,
     limits: Limits,
     log_defaults: LogConfig,
     environment: Environment,
@@ -221,12 +224,16 @@ impl Node {
         Node::start(config, environment, controller, data_dir_lock).await
     }
 
-    /// Locks the data directory against a second process (real files only).
+    /// Locks the data directory against a second process (real files only), and
+    /// checks it belongs to this broker id (`broker.json`, written on first use):
+    /// the Raft log and partitions of one broker never start under another's id.
     pub fn lock_data_dir(config: &BrokerConfig, environment: &Environment) -> Result<Option<DataDirLock>, NodeError> {
-        Ok(match environment.is_real() {
+        let lock = match environment.is_real() {
             true => Some(DataDirLock::acquire(&config.data_dir)?),
             false => None,
-        })
+        };
+        check_identity(&*environment.storage, &config.data_dir, config.broker_id)?;
+        Ok(lock)
     }
 
     /// Opens this broker's member of the controller quorum (its Raft log and
@@ -267,6 +274,7 @@ impl Node {
             incarnation: incarnation(&*environment.clock),
             broker_epoch: std::sync::atomic::AtomicU64::new(0),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            registration_current: std::sync::atomic::AtomicBool::new(false),
             limits: config.limits.clone(),
             log_defaults: config.log.clone(),
             data_dir: config.data_dir.clone(),
@@ -355,6 +363,43 @@ impl Node {
     }
 }
 
+/// The broker id a data directory belongs to.
+const IDENTITY_FILE: &str = "broker.json";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Identity {
+    node_id: i32,
+}
+
+fn check_identity(
+    storage: &dyn broker_core::storage::Storage,
+    data_dir: &std::path::Path,
+    node_id: i32,
+) -> Result<(), NodeError> {
+    let path = data_dir.join(IDENTITY_FILE);
+    let failed = |error: String| NodeError::Storage(format!("{}: {error}", path.display()));
+    storage.create_dir_all(data_dir).map_err(|error| failed(error.to_string()))?;
+    match broker_core::storage::read_file(storage, &path).map_err(|error| failed(error.to_string()))? {
+        Some(bytes) => {
+            let identity: Identity = serde_json::from_slice(&bytes).map_err(|error| failed(error.to_string()))?;
+            if identity.node_id != node_id {
+                return Err(NodeError::Storage(format!(
+                    "{} belongs to broker {}, not to broker {node_id} (--node-id): start broker {} on it, or \
+                     give this broker its own data directory",
+                    data_dir.display(),
+                    identity.node_id,
+                    identity.node_id
+                )));
+            }
+            Ok(())
+        }
+        None => {
+            let bytes = serde_json::to_vec(&Identity { node_id }).map_err(|error| failed(error.to_string()))?;
+            broker_core::storage::replace_file(storage, &path, &bytes).map_err(|error| failed(error.to_string()))
+        }
+    }
+}
+
 /// A value unique to this start of the process.
 fn incarnation(clock: &dyn broker_core::clock::Clock) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -382,6 +427,7 @@ fn controller_error(error: SubmitError<ControllerError>) -> ApiError {
         SubmitError::NotController { .. } | SubmitError::Failed(_) => {
             ApiError::new(ErrorCode::RequestTimedOut, error.to_string())
         }
+        SubmitError::Rejected(_) => ApiError::new(ErrorCode::InvalidRequest, error.to_string()),
     }
 }
 

@@ -28,6 +28,7 @@ impl Node {
 
     /// Deploys a transform (see [`crate::transforms`]).
     pub async fn deploy_transform(self: &Arc<Self>, spec: TransformSpec) -> Result<(), ApiError> {
+        self.refuse_in_a_cluster("transforms")?;
         for topic in std::iter::once(&spec.input_topic).chain(&spec.output_topics) {
             if is_internal(topic) {
                 return Err(ApiError::new(ErrorCode::InvalidTopic, format!("{topic:?} is an internal topic")));
@@ -76,6 +77,7 @@ impl Node {
         if is_internal(topic) {
             return Err(ApiError::new(ErrorCode::InvalidTopic, format!("{topic:?} is an internal topic")));
         }
+        self.refuse_in_a_cluster("plugin attachments")?;
         self.topic(topic)?;
         self.plugins.attach(topic, hook, plugin, config, FailurePolicy::parse(policy)?)
     }
@@ -104,6 +106,24 @@ impl Node {
                 Err(error) => *answer = Err(error),
             }
         }
+    }
+}
+
+impl Node {
+    /// Plugins and transforms are still kept by each broker: in a cluster an
+    /// interceptor attached on one broker would not run on the others (a policy
+    /// bypassed), and a transform would read partitions led elsewhere. Refused
+    /// until they move into the cluster metadata.
+    fn refuse_in_a_cluster(&self, what: &str) -> Result<(), ApiError> {
+        let voters = self.controller.voters().len();
+        if voters <= 1 {
+            return Ok(());
+        }
+        let message = format!(
+            "{what} are kept by each broker and not yet supported in a cluster of {voters} brokers \
+             (they will move into the cluster metadata)"
+        );
+        Err(ApiError::new(ErrorCode::InvalidRequest, message))
     }
 }
 

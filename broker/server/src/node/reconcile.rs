@@ -21,7 +21,7 @@ use super::*;
 
 /// File inside each partition directory.
 pub(super) const PARTITION_METADATA_FILE: &str = "partition.metadata";
-const PARTITION_METADATA_VERSION: u32 = 1;
+pub(super) const PARTITION_METADATA_VERSION: u32 = 1;
 
 /// `partition.metadata`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,7 +68,8 @@ impl Node {
         config: &BrokerConfig,
         upgrade: &upgrade::LegacyUpgrade,
     ) -> Result<(), NodeError> {
-        let (cluster_id, topics) = self.controller.read(|image| (image.cluster_id.clone(), image.topics.clone()));
+        let (cluster_id, topics, applied_offset) =
+            self.controller.read(|image| (image.cluster_id.clone(), image.topics.clone(), image.applied_offset));
         let mut log_configs = HashMap::new();
         for (name, topic) in &topics {
             let entries: Vec<(String, String)> = topic.configs.clone().into_iter().collect();
@@ -88,6 +89,19 @@ impl Node {
                 Some(metadata) if Some(&metadata.cluster_id) == cluster_id.as_ref() => {
                     match local == Some(metadata.topic_id) {
                         true => PartitionDirFate::Open(log_configs[topic_name].clone()),
+                        // Topic ids are metadata offsets: a directory of a topic
+                        // created past what this image applied means the image is
+                        // behind (a damaged or foreign metadata log), not that the
+                        // topic was deleted. Never delete on a stale image.
+                        false if Some(metadata.topic_id) > applied_offset => {
+                            tracing::error!(
+                                directory,
+                                topic_id = metadata.topic_id,
+                                ?applied_offset,
+                                "a partition of a topic newer than the cluster metadata; left untouched"
+                            );
+                            PartitionDirFate::Leave
+                        }
                         false => PartitionDirFate::Delete,
                     }
                 }
@@ -118,30 +132,54 @@ impl Node {
     }
 
     /// Makes the local partitions match the applied image (see the module docs).
+    /// A topic that cannot follow (a config this broker refuses, a directory it
+    /// cannot delete) is logged and skipped, never holding up the others; the
+    /// first such error is returned once every topic was tried.
     pub(super) fn reconcile(&self) -> Result<(), ApiError> {
         let _one_at_a_time = lock(&self.reconciling);
-        let (cluster_id, wanted) = self.controller.read(|image| (image.cluster_id.clone(), image.topics.clone()));
+        let broker_epoch = self.broker_epoch.load(std::sync::atomic::Ordering::Acquire);
+        let (cluster_id, wanted, registered) = self.controller.read(|image| {
+            let registered = image.brokers.get(&self.broker.id).map(|broker| broker.epoch) == Some(broker_epoch);
+            (image.cluster_id.clone(), image.topics.clone(), registered)
+        });
+        // Lead only under this start's own registration.
+        self.registration_current.store(registered, std::sync::atomic::Ordering::Release);
         let cluster_id = cluster_id.unwrap_or_default();
         let log_dir = lock(&self.log_dir);
         let Some(log_dir) = log_dir.as_ref() else { return Ok(()) };
+        let mut first_error = None;
+        let mut note = |topic: &str, outcome: Result<(), ApiError>| {
+            if let Err(error) = outcome {
+                tracing::error!(topic, %error, "a topic does not follow the cluster metadata");
+                first_error.get_or_insert(error);
+            }
+        };
         let current = self.topics().clone();
         for (name, topic) in &current {
             if wanted.get(name).map(|wanted| wanted.topic_id) != Some(topic.topic_id) {
-                self.remove_topic(log_dir, name, topic, wanted.contains_key(name))?;
+                note(name, self.remove_topic(log_dir, name, topic, wanted.contains_key(name)));
             }
         }
         let offline: HashMap<String, String> = log_dir.offline().into_iter().collect();
         for (name, image) in &wanted {
             match current.get(name).filter(|topic| topic.topic_id == image.topic_id) {
-                Some(topic) => self.update_topic(name, topic, image)?,
-                None => {
-                    let topic = self.open_topic(log_dir, &offline, &cluster_id, name, image)?;
-                    self.topics_mut().insert(name.clone(), Arc::new(topic));
-                    tracing::info!(topic = %name, topic_id = image.topic_id, "topic opened");
-                }
+                Some(topic) => note(name, self.update_topic(name, topic, image)),
+                None => match self.open_topic(log_dir, &offline, &cluster_id, name, image) {
+                    Ok(topic) => {
+                        self.topics_mut().insert(name.clone(), Arc::new(topic));
+                        tracing::info!(topic = %name, topic_id = image.topic_id, "topic opened");
+                    }
+                    Err(error) => note(name, Err(error)),
+                },
             }
         }
-        self.lead_groups()
+        note(CONSUMER_OFFSETS_TOPIC, self.lead_groups());
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Whether this broker leads a partition in `state`.
+    fn leads(&self, state: &broker_core::cluster::PartitionState) -> bool {
+        state.leader == self.broker.id && self.registration_current.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn remove_topic(&self, log_dir: &LogDir, name: &str, topic: &Topic, recreated: bool) -> Result<(), ApiError> {
@@ -171,7 +209,7 @@ impl Node {
         }
         for (slot, state) in topic.slots.iter().zip(&image.partitions) {
             if let Slot::Online { leadership, .. } = slot {
-                leadership.set(state.leader == self.broker.id, state.leader_epoch);
+                leadership.set(self.leads(state), state.leader_epoch);
             }
         }
         Ok(())
@@ -202,7 +240,7 @@ impl Node {
             };
             let slot = self.open_slot(log_dir, offline, &metadata, &log_config);
             if let Slot::Online { leadership, .. } = &slot {
-                leadership.set(state.leader == self.broker.id, state.leader_epoch);
+                leadership.set(self.leads(state), state.leader_epoch);
             }
             slots.push(slot);
         }

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeSet;
 
+use super::reconcile::{PartitionMetadata, PARTITION_METADATA_VERSION};
 use super::*;
 use crate::metadata_store::{MetadataStore, METADATA_FILE_NAME};
 
@@ -66,8 +67,9 @@ impl Node {
             |error: ApiError| NodeError::Controller(format!("upgrading {METADATA_FILE_NAME}: {}", error.message));
         let mut upgrade = LegacyUpgrade { found: true, ..LegacyUpgrade::default() };
         for (name, topic) in &legacy.topics {
-            upgrade.adopted.extend((0..topic.partition_count).map(|partition| format!("{name}-{partition}")));
             if self.controller.read(|image| image.topics.contains_key(name)) {
+                // Adopted by an upgrade a crash interrupted (checked below), or a
+                // topic of the cluster that merely shares the name.
                 continue;
             }
             let request = ControllerRequest::AdoptTopic {
@@ -86,6 +88,34 @@ impl Node {
             self.request(&request).await.map_err(failed)?;
         }
         upgrade.doomed = legacy.pending_deletions.clone();
+        // Every adopted directory gets its `partition.metadata` now, whether or not
+        // its log opens later (an offline partition stays this topic's).
+        let (cluster_id, topics) = self.controller.read(|image| (image.cluster_id.clone(), image.topics.clone()));
+        let cluster_id = cluster_id.unwrap_or_default();
+        for (name, legacy_topic) in &legacy.topics {
+            let Some(topic) = topics.get(name) else { continue };
+            let ours = topic.partitions.len() == legacy_topic.partition_count as usize
+                && topic.partitions.iter().all(|state| state.replicas == [self.broker.id]);
+            if !ours {
+                tracing::warn!(topic = %name, "a topic of that name exists in the cluster; its old directories are left untouched");
+                continue;
+            }
+            for partition in 0..legacy_topic.partition_count {
+                let directory = format!("{name}-{partition}");
+                if !self.environment.storage.exists(&self.data_dir.join(&directory)) {
+                    continue;
+                }
+                let metadata = PartitionMetadata {
+                    version: PARTITION_METADATA_VERSION,
+                    cluster_id: cluster_id.clone(),
+                    topic_id: topic.topic_id,
+                    topic: name.clone(),
+                    partition,
+                };
+                self.write_partition_metadata(&directory, &metadata).map_err(failed)?;
+                upgrade.adopted.insert(directory);
+            }
+        }
         Ok(upgrade)
     }
 }
