@@ -31,7 +31,10 @@ start() {
 }
 address() { echo "127.0.0.1:${P[$(($1-1))]}"; }
 for id in 1 2 3; do start "$id"; done
-wait_active() { # until every broker is active and a controller is known
+wait_active() { # until every broker is active, a controller is known, and every broker serves
+  for id in 1 2 3; do
+    until "$WEIR" topic list --brokers "$(address "$id")" >/dev/null 2>&1; do sleep 0.1; done
+  done
   until out=$("$WEIR" cluster status --format json --brokers "$(address "$1")" 2>/dev/null) &&
     [ "$(echo "$out" | python3 -c 'import json,sys; s=json.load(sys.stdin); print(int(s["active_controller"]>0 and all(b["state"]=="active" for b in s["brokers"]) and len(s["brokers"])==3))')" = 1 ]; do
     sleep 0.1
@@ -40,7 +43,13 @@ wait_active() { # until every broker is active and a controller is known
 wait_active 1
 times=()
 for round in $(seq 1 "$ROUNDS"); do
-  active=$("$WEIR" cluster status --format json --brokers "$(address 1)" | json_field '["active_controller"]')
+  active=""
+  until [ -n "$active" ] && [ "$active" -gt 0 ]; do
+    for id in 1 2 3; do
+      active=$("$WEIR" cluster status --format json --brokers "$(address "$id")" 2>/dev/null |
+        json_field '["active_controller"]' 2>/dev/null) && break
+    done
+  done
   other=$(( active % 3 + 1 ))
   start_time=$(now)
   kill -9 "${PID[$active]}"; wait "${PID[$active]}" 2>/dev/null || true
