@@ -283,3 +283,23 @@ fn random_controller_requests_keep_the_invariants_and_replay_to_the_same_image()
     }
     eprintln!("records applied: {kinds:?}");
 }
+
+#[test]
+fn an_adopted_topic_waits_leaderless_for_its_fenced_broker() {
+    let mut cluster = Cluster::default();
+    let registration = BrokerRegistration {
+        broker_id: 0,
+        incarnation: "upgrade".to_owned(),
+        host: "127.0.0.1".to_owned(),
+        port: 9292,
+        rack: None,
+    };
+    cluster.commit(cluster.image.register_broker(&registration));
+    cluster.commit(cluster.image.adopt_topic("legacy", 2, BTreeMap::new(), 0).unwrap());
+    assert_eq!(cluster.state("legacy", 0).leader, NO_LEADER, "a fenced broker leads nothing");
+    assert_eq!(cluster.image.adopt_topic("other", 1, BTreeMap::new(), 7), Err(ControllerError::UnknownBroker(7)));
+    let epoch = cluster.image.brokers[&0].epoch;
+    cluster.commit(cluster.image.unfence_broker(0, epoch).unwrap());
+    let state = cluster.state("legacy", 1);
+    assert_eq!((state.leader, state.leader_epoch, state.replicas.as_slice()), (0, 1, &[0][..]));
+}

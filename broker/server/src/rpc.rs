@@ -547,28 +547,11 @@ impl broker::Server for BrokerService {
     async fn controller_call(
         self: Rc<Self>,
         params: broker::ControllerCallParams,
-        mut results: broker::ControllerCallResults,
+        results: broker::ControllerCallResults,
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
-        let (kind, payload) = {
-            let reader = params.get()?;
-            (text(reader.get_kind()?)?, reader.get_payload()?.to_vec())
-        };
-        drop(params);
-        let Some(kind) = crate::controller::network::RaftCallKind::parse(&kind) else {
-            let error = ApiError::new(abi::ErrorCode::InvalidRequest, format!("unknown controller call {kind:?}"));
-            set_error(results.get().init_error(), &error);
-            return Ok(());
-        };
-        match self.node.controller().handle_raft_call(kind, &payload).await {
-            Ok(answer) => {
-                self.gate.connection.answered(answer.len());
-                results.get().set_payload(&answer);
-            }
-            Err(message) => {
-                set_error(results.get().init_error(), &ApiError::new(abi::ErrorCode::InvalidRequest, message))
-            }
-        }
+        let answered = answer_controller_call(self.node.controller(), params, results).await?;
+        self.gate.connection.answered(answered);
         Ok(())
     }
 
@@ -1051,6 +1034,34 @@ impl admin::Server for AdminService {
     }
 }
 
+/// Serves one `controllerCall` with `controller`; returns the answer's size.
+async fn answer_controller_call(
+    controller: &crate::controller::Controller,
+    params: broker::ControllerCallParams,
+    mut results: broker::ControllerCallResults,
+) -> Result<usize, capnp::Error> {
+    let (kind, payload) = {
+        let reader = params.get()?;
+        (text(reader.get_kind()?)?, reader.get_payload()?.to_vec())
+    };
+    drop(params);
+    let Some(kind) = crate::controller::network::RaftCallKind::parse(&kind) else {
+        let error = ApiError::new(abi::ErrorCode::InvalidRequest, format!("unknown controller call {kind:?}"));
+        set_error(results.get().init_error(), &error);
+        return Ok(0);
+    };
+    match controller.handle_raft_call(kind, &payload).await {
+        Ok(answer) => {
+            results.get().set_payload(&answer);
+            Ok(answer.len())
+        }
+        Err(message) => {
+            set_error(results.get().init_error(), &ApiError::new(abi::ErrorCode::InvalidRequest, message));
+            Ok(0)
+        }
+    }
+}
+
 /// The `Broker` capability on connections accepted while the broker is still
 /// opening: quorum calls only (see `server.rs`).
 #[derive(Debug)]
@@ -1076,25 +1087,9 @@ impl broker::Server for QuorumOnlyService {
     async fn controller_call(
         self: Rc<Self>,
         params: broker::ControllerCallParams,
-        mut results: broker::ControllerCallResults,
+        results: broker::ControllerCallResults,
     ) -> Result<(), capnp::Error> {
-        let (kind, payload) = {
-            let reader = params.get()?;
-            (text(reader.get_kind()?)?, reader.get_payload()?.to_vec())
-        };
-        drop(params);
-        let Some(kind) = crate::controller::network::RaftCallKind::parse(&kind) else {
-            let error = ApiError::new(abi::ErrorCode::InvalidRequest, format!("unknown controller call {kind:?}"));
-            set_error(results.get().init_error(), &error);
-            return Ok(());
-        };
-        match self.controller.handle_raft_call(kind, &payload).await {
-            Ok(answer) => results.get().set_payload(&answer),
-            Err(message) => {
-                set_error(results.get().init_error(), &ApiError::new(abi::ErrorCode::InvalidRequest, message))
-            }
-        }
-        Ok(())
+        answer_controller_call(&self.controller, params, results).await.map(|_| ())
     }
 
     async fn metadata(

@@ -166,8 +166,9 @@ impl ClusterImage {
     }
 
     /// The records that create `name` with every partition's only replica on
-    /// `broker_id`, which must be active (the upgrade of a single-node data
-    /// directory, whose partitions are there already).
+    /// `broker_id`, which must be registered (the upgrade of a single-node data
+    /// directory, whose partitions are there already). Led by it when it is
+    /// active; leaderless until it is unfenced otherwise.
     pub fn adopt_topic(
         &self,
         name: &str,
@@ -181,13 +182,14 @@ impl ClusterImage {
         if partition_count == 0 {
             return Err(ControllerError::InvalidPartitions(0));
         }
-        if !self.is_active(broker_id) {
+        if !self.brokers.contains_key(&broker_id) {
             return Err(ControllerError::UnknownBroker(broker_id));
         }
+        let leader = if self.is_active(broker_id) { broker_id } else { NO_LEADER };
         let state = PartitionState {
             replicas: vec![broker_id],
             isr: vec![broker_id],
-            leader: broker_id,
+            leader,
             leader_epoch: 0,
             partition_epoch: 0,
         };

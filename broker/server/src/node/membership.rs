@@ -1,8 +1,8 @@
 //! This broker in the cluster: it makes sure the cluster has an id, registers
 //! (its broker epoch is the offset of the registration), creates the internal
 //! topics a cluster needs when they are missing. A registered broker starts
-//! fenced; it asks to be unfenced (to lead) once it has caught up with the
-//! metadata, before it opens its partitions and serves anyone.
+//! fenced; it asks to be unfenced (to lead) only once its partitions are open,
+//! so the metadata never names it leader of a partition it cannot serve yet.
 
 use super::*;
 
@@ -39,11 +39,16 @@ impl Node {
         let epoch = response.value.unwrap_or(0) as u64;
         self.broker_epoch.store(epoch, std::sync::atomic::Ordering::Release);
         tracing::info!(broker_id = self.broker.id, broker_epoch = epoch, "registered with the controller");
-        // Caught up with the metadata: this broker may lead. Its partitions open
-        // before it serves anyone, so no request sees them half-open.
-        let request = ControllerRequest::UnfenceBroker { broker_id: self.broker.id, broker_epoch: epoch };
-        self.request(&request).await.map_err(|error| NodeError::Controller(error.message))?;
         Ok(())
+    }
+
+    /// Asks to be unfenced — to lead — once this broker's partitions are open and
+    /// it is about to serve, then takes up the leaderships that gives.
+    pub(super) async fn unfence(&self) -> Result<(), NodeError> {
+        let broker_epoch = self.broker_epoch.load(std::sync::atomic::Ordering::Acquire);
+        let request = ControllerRequest::UnfenceBroker { broker_id: self.broker.id, broker_epoch };
+        self.request(&request).await.map_err(|error| NodeError::Controller(error.message))?;
+        self.reconcile().map_err(|error| NodeError::Storage(error.message))
     }
 
     /// Creates `__consumer_offsets` when the cluster has none yet — once every
@@ -76,11 +81,12 @@ impl Node {
             initial_isr: IsrChoice::LeaderOnly,
         };
         match self.request(&request).await {
-            Ok(_) => Ok(()),
             // Another broker created it meanwhile.
-            Err(error) if error.code == ErrorCode::TopicAlreadyExists => Ok(()),
-            Err(error) => Err(NodeError::Controller(error.message)),
+            Ok(_) => {}
+            Err(error) if error.code == ErrorCode::TopicAlreadyExists => {}
+            Err(error) => return Err(NodeError::Controller(error.message)),
         }
+        self.reconcile().map_err(|error| NodeError::Storage(error.message))
     }
 }
 

@@ -295,10 +295,13 @@ impl Node {
         };
         node.join_cluster().await?;
         let legacy = node.upgrade_legacy_metadata().await?;
-        node.ensure_internal_topics().await?;
         node.open_log_dir(config, &legacy)?;
         node.reconcile().map_err(|error| NodeError::Storage(error.message))?;
         legacy.finish(&node)?;
+        // Partitions open: now this broker may lead, and the cluster's internal
+        // topics can be placed over the brokers that may.
+        node.unfence().await?;
+        node.ensure_internal_topics().await?;
         node.lead_groups().map_err(|error| NodeError::Storage(error.message))?;
         Ok(node)
     }
