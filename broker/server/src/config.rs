@@ -98,6 +98,9 @@ pub struct ControllerSettings {
     /// A broker not heard from for this long is fenced: its partitions get new
     /// leaders (`broker_session_timeout_ms`, Kafka's `broker.session.timeout.ms`).
     pub broker_session_timeout_ms: u64,
+    /// This broker's rack (`rack`, Kafka's `broker.rack`): replicas of a partition
+    /// go to different racks first. `None`: no rack.
+    pub rack: Option<String>,
 }
 
 impl Default for ControllerSettings {
@@ -108,6 +111,7 @@ impl Default for ControllerSettings {
             raft_election_timeout_ms: 1_000,
             broker_heartbeat_ms: 1_000,
             broker_session_timeout_ms: 9_000,
+            rack: None,
         }
     }
 }
@@ -378,6 +382,9 @@ impl BrokerConfig {
         settings.broker_heartbeat_ms = controller.broker_heartbeat_ms.unwrap_or(settings.broker_heartbeat_ms);
         settings.broker_session_timeout_ms =
             controller.broker_session_timeout_ms.unwrap_or(settings.broker_session_timeout_ms);
+        if let Some(rack) = controller.rack {
+            settings.rack = (!rack.trim().is_empty()).then(|| rack.trim().to_owned());
+        }
         let Some(LogTable(entries)) = raw.log else { return problems };
         match apply_topic_configs(&self.log, &entries) {
             Ok(log) => self.log = log,
@@ -566,6 +573,7 @@ struct RawController {
     raft_election_timeout_ms: Option<u64>,
     broker_heartbeat_ms: Option<u64>,
     broker_session_timeout_ms: Option<u64>,
+    rack: Option<String>,
 }
 
 /// The `[plugins]` table as written.
@@ -1072,6 +1080,7 @@ mod tests {
             raft_election_timeout_ms,
             broker_heartbeat_ms,
             broker_session_timeout_ms,
+            rack,
         } = controller.as_ref().expect("the example has [controller]");
         let controller = [
             voters.is_some(),
@@ -1079,8 +1088,9 @@ mod tests {
             raft_election_timeout_ms.is_some(),
             broker_heartbeat_ms.is_some(),
             broker_session_timeout_ms.is_some(),
+            rack.is_some(),
         ];
-        assert_eq!(controller, [true; 5]);
+        assert_eq!(controller, [true; 6]);
         let mut log_keys: Vec<&str> =
             log.as_ref().expect("the example has [log]").0.iter().map(|(key, _)| key.as_str()).collect();
         log_keys.sort_unstable();

@@ -26,7 +26,7 @@ impl Node {
             incarnation: self.incarnation.clone(),
             host: self.broker.host.clone(),
             port: self.broker.port,
-            rack: None,
+            rack: self.rack.clone(),
         };
         let response = self
             .controller

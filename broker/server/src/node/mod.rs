@@ -159,6 +159,8 @@ pub struct Node {
     broker: BrokerEntry,
     /// Unique per start: tells the controller a restart from a retry.
     incarnation: String,
+    /// `broker.rack`, told to the controller at registration.
+    rack: Option<String>,
     /// This broker's epoch (the offset of its registration).
     broker_epoch: std::sync::atomic::AtomicU64,
     /// Set by a controlled shutdown: no more heartbeats or unfencing.
@@ -272,6 +274,7 @@ impl Node {
         let node = Node {
             broker: BrokerEntry { id: config.broker_id, host, port },
             incarnation: incarnation(&*environment.clock),
+            rack: config.controller.rack.clone(),
             broker_epoch: std::sync::atomic::AtomicU64::new(0),
             stopping: std::sync::atomic::AtomicBool::new(false),
             registration_current: std::sync::atomic::AtomicBool::new(false),
