@@ -4,21 +4,27 @@
 //! Producers and consumers ask `Cluster` for a partition's leader connection; after
 //! a retriable error they call [`Cluster::refresh`] and ask again, so requests
 //! always go straight to the leader (no routing tier). Metadata is fetched from
-//! any reachable broker, trying the bootstrap list in order. Broken connections
-//! are replaced on next use.
+//! any reachable broker, trying the bootstrap list in order, and fetched again
+//! when older than [`METADATA_MAX_AGE`]. Broken connections are replaced on next
+//! use. Consumer groups: [`Cluster::coordinator`] finds and caches the broker
+//! coordinating a group (`findCoordinator`), forgotten after `NotCoordinator`.
 //!
 //! Shared by every producer, consumer and admin built from one set of settings;
 //! `Send + Sync`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use abi::weir_capnp::{broker, partition_metadata};
 use abi::ErrorCode;
 
 use crate::connection::Connection;
 use crate::error::{broker_error, ClientError};
+
+/// How long cached topic metadata is used before it is fetched again
+/// (`metadata.max.age.ms`, Kafka's default).
+pub const METADATA_MAX_AGE: Duration = Duration::from_secs(300);
 
 /// One partition as the metadata describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,7 +75,8 @@ pub struct PartitionerRef {
 #[derive(Debug, Default)]
 struct Cache {
     brokers: HashMap<i32, BrokerInfo>,
-    topics: HashMap<String, Arc<TopicInfo>>,
+    /// Each topic with when it was fetched.
+    topics: HashMap<String, (Arc<TopicInfo>, Instant)>,
     /// Group id → address of the broker that coordinates it.
     coordinators: HashMap<String, String>,
 }
@@ -256,8 +263,9 @@ impl Cluster {
         for (name, _) in &missing {
             cache.topics.remove(name);
         }
+        let now = Instant::now();
         for topic in &found {
-            cache.topics.insert(topic.name.clone(), topic.clone());
+            cache.topics.insert(topic.name.clone(), (topic.clone(), now));
         }
         Ok(found)
     }
@@ -265,7 +273,10 @@ impl Cluster {
     /// The cached metadata of `topic`, fetched when not cached. Fails with
     /// `UnknownTopicOrPartition` when the broker does not know it.
     pub async fn topic(&self, topic: &str) -> Result<Arc<TopicInfo>, ClientError> {
-        if let Some(info) = self.cache().topics.get(topic).cloned() {
+        // Older metadata is fetched again (Kafka's `metadata.max.age.ms`): leaders
+        // that moved without this client seeing an error are found that way too.
+        let cached = self.cache().topics.get(topic).cloned();
+        if let Some((info, _)) = cached.filter(|(_, fetched)| fetched.elapsed() < METADATA_MAX_AGE) {
             return Ok(info);
         }
         let found = self.refresh(&[topic.to_owned()]).await?;
