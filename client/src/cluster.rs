@@ -276,10 +276,16 @@ impl Cluster {
         // Older metadata is fetched again (Kafka's `metadata.max.age.ms`): leaders
         // that moved without this client seeing an error are found that way too.
         let cached = self.cache().topics.get(topic).cloned();
-        if let Some((info, _)) = cached.filter(|(_, fetched)| fetched.elapsed() < METADATA_MAX_AGE) {
-            return Ok(info);
+        if let Some((info, fetched)) = &cached {
+            if fetched.elapsed() < METADATA_MAX_AGE {
+                return Ok(info.clone());
+            }
         }
-        let found = self.refresh(&[topic.to_owned()]).await?;
+        let found = match self.refresh(&[topic.to_owned()]).await {
+            Ok(found) => found,
+            // Stale metadata beats none while no broker answers.
+            Err(error) => return cached.map(|(info, _)| info).ok_or(error),
+        };
         found.into_iter().find(|info| info.name == topic).ok_or_else(|| {
             ClientError::broker(ErrorCode::UnknownTopicOrPartition, format!("topic {topic:?} does not exist"))
         })

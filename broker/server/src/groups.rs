@@ -234,6 +234,9 @@ impl GroupCoordinators {
             }
             let (snapshot_offset, end) = {
                 let coordinator = lock(&shard.coordinator);
+                if shard.retired.load(std::sync::atomic::Ordering::Acquire) {
+                    continue;
+                }
                 shard.partition.roll()?;
                 let mut bytes = snapshot_batches(&coordinator.snapshot_records(), self.clock.now_ms());
                 shard.snapshot_bytes.store(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
@@ -253,6 +256,9 @@ impl GroupCoordinators {
         for shard in &self.led_shards() {
             let outcome = {
                 let mut coordinator = lock(&shard.coordinator);
+                if shard.retired.load(std::sync::atomic::Ordering::Acquire) {
+                    continue;
+                }
                 let now_ms = self.clock.now_ms();
                 let records = coordinator.expire(now_ms, partition_counts);
                 append(&shard.partition, &records, now_ms).map(|end| {

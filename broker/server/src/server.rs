@@ -352,6 +352,11 @@ impl StartupListener {
                             },
                         }
                     }
+                    // Streams accepted just before the stop are served too (a
+                    // client's is closed at its first call).
+                    while let Ok(stream) = receiver.try_recv() {
+                        tokio::task::spawn_local(serve_startup_connection(stream, controller.clone(), limits.clone()));
+                    }
                     // Keep serving the brokers' connections until they close.
                     std::future::pending::<()>().await;
                 });

@@ -78,3 +78,33 @@ fn acknowledged_entries_and_the_vote_survive_crashes_anywhere() {
         }
     });
 }
+
+/// A tail of zeros (the file grew, its data blocks did not) is cut like any torn
+/// tail; damage before a committed entry stops the store from opening.
+#[test]
+fn a_zeroed_tail_is_cut_and_damage_before_committed_entries_is_refused() {
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    use openraft::testing::{blank_ent, log_id};
+    runtime().block_on(async {
+        let storage = MemStorage::new();
+        let mut log_store = open(&storage);
+        log_store.blocking_append((1..=4).map(|index| blank_ent::<TypeConfig>(1, 1, index))).await.unwrap();
+        let path = Path::new("/data/__cluster_metadata/raft.log");
+        let mut bytes = storage.contents(path).unwrap();
+        let whole = bytes.len();
+        bytes.extend(std::iter::repeat_n(0u8, 4096));
+        storage.overwrite(path, bytes.clone());
+        assert_eq!(indexes(&mut open(&storage)).await, [1, 2, 3, 4]);
+        assert_eq!(storage.contents(path).unwrap().len(), whole, "the zeros are cut");
+
+        // Entries 1-4 committed, then the second frame damaged: refused.
+        let mut log_store = open(&storage);
+        log_store.save_committed(Some(log_id(1, 1, 4))).await.unwrap();
+        let mut damaged = storage.contents(path).unwrap();
+        let second_frame = damaged.len() / 4 + 10;
+        damaged[second_frame] ^= 0xff;
+        storage.overwrite(path, damaged);
+        let error = LogStore::open(Arc::new(storage.clone()), Path::new("/data/__cluster_metadata")).unwrap_err();
+        assert!(error.to_string().contains("damaged"), "{error}");
+    });
+}

@@ -93,31 +93,31 @@ fn frame_at(bytes: &[u8], position: usize) -> Option<(&[u8], usize)> {
     let header = bytes.get(position..position + FRAME_HEADER_BYTES)?;
     let length = u32::from_be_bytes(header[..4].try_into().expect("4 bytes")) as usize;
     let crc = u32::from_be_bytes(header[4..].try_into().expect("4 bytes"));
+    // No entry is empty: zeros (a file that grew without its data) are no frame.
+    if length == 0 {
+        return None;
+    }
     let start = position + FRAME_HEADER_BYTES;
     let payload = bytes.get(start..start.checked_add(length).filter(|_| length <= ENTRY_BYTES_MAX)?)?;
     (crc32fast::hash(payload) == crc).then_some((payload, start + length))
 }
 
 /// Reads frames from `bytes`; returns the entries with their positions and the
-/// length of the valid prefix. Only a torn *tail* is cut: a bad frame followed by
-/// a whole, valid frame is damage in the middle of the log, and a frame whose CRC
-/// holds but whose entry cannot be read (written by another version?) is never
-/// dropped — both are errors, and the broker stops instead of forgetting
-/// committed metadata.
-fn read_frames(bytes: &[u8]) -> io::Result<(Vec<(Entry, u64)>, u64)> {
+/// length of the valid prefix. A bad frame ends the log — the unsynced tail of an
+/// append cut short — unless what follows holds a committed entry (at or below
+/// `committed`, which was durable before): that is damage in the middle of the
+/// log, and so is a frame whose CRC holds but whose entry cannot be read (another
+/// version?). Both are errors: the broker stops instead of forgetting committed
+/// metadata.
+fn read_frames(bytes: &[u8], committed: Option<u64>) -> io::Result<(Vec<(Entry, u64)>, u64)> {
     let mut entries = Vec::new();
     let mut position = 0;
     while position < bytes.len() {
         let Some((payload, end)) = frame_at(bytes, position) else {
-            // Torn, unless a valid frame follows where this one says it ends.
-            let declared = bytes
-                .get(position..position + 4)
-                .map(|length| u32::from_be_bytes(length.try_into().expect("4 bytes")) as usize);
-            let next = declared.and_then(|length| position.checked_add(FRAME_HEADER_BYTES + length));
-            if next.is_some_and(|next| frame_at(bytes, next).is_some()) {
+            if let Some(index) = committed_entry_after(bytes, position, committed) {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("the metadata log is damaged at byte {position}, with valid entries after it"),
+                    format!("the metadata log is damaged at byte {position}, before committed entry {index}"),
                 ));
             }
             break;
@@ -131,6 +131,16 @@ fn read_frames(bytes: &[u8]) -> io::Result<(Vec<(Entry, u64)>, u64)> {
     Ok((entries, position as u64))
 }
 
+/// The index of a committed entry in a whole frame where the bad frame at
+/// `position` says it ends, if there is one.
+fn committed_entry_after(bytes: &[u8], position: usize, committed: Option<u64>) -> Option<u64> {
+    let committed = committed?;
+    let length = u32::from_be_bytes(bytes.get(position..position + 4)?.try_into().ok()?) as usize;
+    let (payload, _) = frame_at(bytes, position.checked_add(FRAME_HEADER_BYTES + length)?)?;
+    let entry: Entry = serde_json::from_slice(payload).ok()?;
+    (entry.log_id.index <= committed).then_some(entry.log_id.index)
+}
+
 impl LogStore {
     /// Opens (creating) the log in `dir`.
     pub fn open(storage: Arc<dyn Storage>, dir: &Path) -> io::Result<LogStore> {
@@ -140,7 +150,8 @@ impl LogStore {
         let last_purged: Option<LogId<NodeId>> = read_json(&*storage, &dir.join(PURGED_FILE))?;
         let path = dir.join(LOG_FILE);
         let bytes = read_file(&*storage, &path)?.unwrap_or_default();
-        let (frames, valid_len) = read_frames(&bytes)
+        let committed_index = committed.map(|log_id: LogId<NodeId>| log_id.index);
+        let (frames, valid_len) = read_frames(&bytes, committed_index)
             .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", path.display())))?;
         let file = storage.open(&path, true)?;
         if valid_len < bytes.len() as u64 {

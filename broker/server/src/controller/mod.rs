@@ -258,6 +258,12 @@ impl Controller {
                 None => SubmitError::Failed(error.to_string()),
             });
         }
+        // A write of an earlier submission that timed out may still be in the log:
+        // plan only once everything this leader holds is applied, so the handler
+        // sees it.
+        if !self.log_applied(SUBMIT_TIMEOUT).await {
+            return Err(SubmitError::Failed("earlier changes are not applied yet".to_owned()));
+        }
         let (records, value) = self.read(handler).map_err(SubmitError::Refused)?;
         if records.is_empty() {
             return Ok((value, None));
@@ -312,6 +318,23 @@ impl Controller {
             self.heard_from(*broker_id, *broker_epoch);
         }
         Ok(response)
+    }
+
+    /// Waits until every entry of this node's Raft log is applied, or `timeout`.
+    async fn log_applied(&self, timeout: Duration) -> bool {
+        let mut metrics = self.raft.metrics();
+        let caught_up = |metrics: &openraft::RaftMetrics<NodeId, BasicNode>| {
+            metrics.last_applied.map(|log_id| log_id.index) >= metrics.last_log_index
+        };
+        let waited = tokio::time::timeout(timeout, async {
+            while !caught_up(&metrics.borrow()) {
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        let _ = waited.await;
+        caught_up(&self.raft.metrics().borrow())
     }
 
     /// Waits until this node's image has applied metadata offset `offset`, or

@@ -48,7 +48,8 @@ impl Node {
         let broker_epoch = self.broker_epoch.load(std::sync::atomic::Ordering::Acquire);
         let request = ControllerRequest::UnfenceBroker { broker_id: self.broker.id, broker_epoch };
         self.request(&request).await.map_err(|error| NodeError::Controller(error.message))?;
-        self.reconcile().map_err(|error| NodeError::Storage(error.message))
+        self.reconcile_logged();
+        Ok(())
     }
 
     /// Creates `__consumer_offsets` when the cluster has none yet — once every
@@ -86,7 +87,8 @@ impl Node {
             Err(error) if error.code == ErrorCode::TopicAlreadyExists => {}
             Err(error) => return Err(NodeError::Controller(error.message)),
         }
-        self.reconcile().map_err(|error| NodeError::Storage(error.message))
+        self.reconcile_logged();
+        Ok(())
     }
 }
 

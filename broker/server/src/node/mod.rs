@@ -299,14 +299,22 @@ impl Node {
         node.join_cluster().await?;
         let legacy = node.upgrade_legacy_metadata().await?;
         node.open_log_dir(config, &legacy)?;
-        node.reconcile().map_err(|error| NodeError::Storage(error.message))?;
+        // A topic that cannot follow is logged and skipped: it never keeps the
+        // broker (and every other topic) from starting.
+        node.reconcile_logged();
         legacy.finish(&node)?;
         // Partitions open: now this broker may lead, and the cluster's internal
         // topics can be placed over the brokers that may.
         node.unfence().await?;
         node.ensure_internal_topics().await?;
-        node.lead_groups().map_err(|error| NodeError::Storage(error.message))?;
         Ok(node)
+    }
+
+    /// [`Node::reconcile`], its error logged (the topics that could follow did).
+    fn reconcile_logged(&self) {
+        if let Err(error) = self.reconcile() {
+            tracing::error!(%error, "a topic does not follow the cluster metadata; the others do");
+        }
     }
 
     /// The controller quorum member of this broker.
