@@ -68,7 +68,7 @@ fn io_error(error: impl std::fmt::Display) -> io::Error {
 
 fn read_json<T: DeserializeOwned>(storage: &dyn Storage, path: &Path) -> io::Result<Option<T>> {
     match read_file(storage, path)? {
-        Some(bytes) => serde_json::from_slice(&bytes)
+        Some(bytes) => super::compat::from_json(&bytes)
             .map(Some)
             .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {error}", path.display()))),
         None => Ok(None),
@@ -122,7 +122,7 @@ fn read_frames(bytes: &[u8], committed: Option<u64>) -> io::Result<(Vec<(Entry, 
             }
             break;
         };
-        let entry: Entry = serde_json::from_slice(payload).map_err(|error| {
+        let entry: Entry = super::compat::from_json(payload).map_err(|error| {
             io::Error::new(io::ErrorKind::InvalidData, format!("metadata log entry at byte {position}: {error}"))
         })?;
         entries.push((entry, position as u64));
@@ -137,7 +137,7 @@ fn committed_entry_after(bytes: &[u8], position: usize, committed: Option<u64>) 
     let committed = committed?;
     let length = u32::from_be_bytes(bytes.get(position..position + 4)?.try_into().ok()?) as usize;
     let (payload, _) = frame_at(bytes, position.checked_add(FRAME_HEADER_BYTES + length)?)?;
-    let entry: Entry = serde_json::from_slice(payload).ok()?;
+    let entry: Entry = super::compat::from_json(payload).ok()?;
     (entry.log_id.index <= committed).then_some(entry.log_id.index)
 }
 

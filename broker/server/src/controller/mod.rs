@@ -18,9 +18,11 @@
 //! The single-node default is a quorum of one voter on the same path.
 
 pub mod broker_link;
+mod compat;
 pub mod log_store;
 pub mod membership;
 pub mod network;
+pub mod runtime;
 pub mod state_machine;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -66,7 +68,7 @@ openraft::declare_raft_types!(
         Node = BasicNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = runtime::ControllerRuntime,
 );
 
 /// A Raft log entry of the controller.
@@ -217,6 +219,14 @@ impl Controller {
     /// The active controller this node knows of.
     pub fn active_controller(&self) -> Option<NodeId> {
         self.raft.metrics().borrow().current_leader
+    }
+
+    /// This node's Raft term, and whether it leads in that term (is the active
+    /// controller as far as it knows).
+    pub fn term(&self) -> (u64, bool) {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        (metrics.current_term, metrics.state == openraft::ServerState::Leader)
     }
 
     /// The voters of the quorum.

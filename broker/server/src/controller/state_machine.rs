@@ -74,7 +74,7 @@ impl StateMachine {
     pub fn open(storage: Arc<dyn Storage>, dir: &Path) -> std::io::Result<StateMachine> {
         storage.create_dir_all(dir)?;
         let stored: Option<StoredSnapshot> = match read_file(&*storage, &dir.join(SNAPSHOT_FILE))? {
-            Some(bytes) => Some(serde_json::from_slice(&bytes).map_err(|error| {
+            Some(bytes) => Some(super::compat::from_json(&bytes).map_err(|error| {
                 std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{SNAPSHOT_FILE}: {error}"))
             })?),
             None => None,
@@ -225,7 +225,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let Some(bytes) = read_file(&*self.storage, &self.dir.join(SNAPSHOT_FILE)).map_err(read_error)? else {
             return Ok(None);
         };
-        let stored: StoredSnapshot = serde_json::from_slice(&bytes).map_err(read_error)?;
+        let stored: StoredSnapshot = super::compat::from_json(&bytes).map_err(read_error)?;
         let data = serde_json::to_vec(&stored.image).map_err(read_error)?;
         Ok(Some(Snapshot { meta: stored.meta, snapshot: Box::new(Cursor::new(data)) }))
     }
