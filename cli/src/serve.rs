@@ -26,7 +26,8 @@ pub struct ServeArgs {
     #[arg(long, env = "WEIR_NODE_ID", value_name = "N")]
     node_id: Option<i32>,
     /// The controller quorum's voters, each broker's id and --listen address
-    /// [default: this broker alone].
+    /// [default: this broker alone]. A broker whose --node-id is not among them
+    /// joins the cluster as a broker only (it follows the metadata log).
     #[arg(long, env = "WEIR_CONTROLLER_VOTERS", value_name = "ID@HOST:PORT,...")]
     controller_voters: Option<String>,
 }

@@ -3,7 +3,8 @@
 //! the brokers round-trips through the CLI from any broker; `kill -9` of the
 //! active controller elects a new one and admin works again; the killed broker's
 //! partitions come back with every record when it restarts; a consumer group's
-//! members on different brokers split the partitions.
+//! members on different brokers split the partitions; brokers that are not voters
+//! join, lead partitions, forward admin requests and rejoin after `kill -9`.
 //!
 //! Waits are on events (log lines, the CLI's answers) with generous deadlines.
 #![allow(clippy::unwrap_used)]
@@ -21,6 +22,9 @@ const DEADLINE: Duration = Duration::from_secs(120);
 struct Cluster {
     dir: tempfile::TempDir,
     ports: Vec<u16>,
+    /// Brokers 1..=voter_count are the controller voters; the rest join as
+    /// brokers only.
+    voter_count: usize,
     brokers: Vec<Option<Child>>,
 }
 
@@ -30,8 +34,12 @@ fn free_port() -> u16 {
 
 impl Cluster {
     fn start(size: usize) -> Cluster {
+        Cluster::start_with_voters(size, size)
+    }
+
+    fn start_with_voters(size: usize, voter_count: usize) -> Cluster {
         let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
-        let mut cluster = Cluster { dir: tempfile::tempdir().unwrap(), ports, brokers: Vec::new() };
+        let mut cluster = Cluster { dir: tempfile::tempdir().unwrap(), ports, voter_count, brokers: Vec::new() };
         let starting: Vec<mpsc::Receiver<()>> = (1..=size).map(|id| cluster.spawn(id)).collect();
         for (index, listening) in starting.iter().enumerate() {
             if listening.recv_timeout(DEADLINE).is_err() {
@@ -42,8 +50,9 @@ impl Cluster {
     }
 
     fn voters(&self) -> String {
-        let voters: Vec<String> =
-            self.ports.iter().enumerate().map(|(index, port)| format!("{}@127.0.0.1:{port}", index + 1)).collect();
+        let voters: Vec<String> = (self.ports.iter().enumerate().take(self.voter_count))
+            .map(|(index, port)| format!("{}@127.0.0.1:{port}", index + 1))
+            .collect();
         voters.join(",")
     }
 
@@ -269,4 +278,53 @@ fn group_members_on_different_brokers_split_the_partitions() {
     let mut expected: Vec<String> = (0..600).map(|index| format!("v{index}")).collect();
     expected.sort();
     assert_eq!(read, expected, "each record once, across the two members");
+}
+
+#[test]
+fn brokers_that_are_not_voters_join_lead_partitions_and_rejoin_after_a_kill() {
+    // Broker 1 is the quorum; brokers 2 and 3 follow the metadata log.
+    let mut cluster = Cluster::start_with_voters(3, 1);
+    let status = wait_for(&cluster, "three active brokers, seen from a learner", || {
+        let status = json(&cluster.address(3), &["cluster", "status"])?;
+        let active = status["brokers"].as_array()?.iter().filter(|broker| broker["state"] == "active").count();
+        (active == 3).then_some(status)
+    });
+    assert_eq!(status["voters"], serde_json::json!([1]), "{status}");
+    assert_eq!(status["active_controller"], 1, "{status}");
+
+    // Created through a learner (forwarded to the active controller), led by all three.
+    let (ok, _, stderr) = weir(&cluster.address(3), &["topic", "create", "spread", "--partitions", "6"], None);
+    assert!(ok, "{stderr}");
+    let description = json(&cluster.address(2), &["topic", "describe", "spread"]).unwrap();
+    let leaders: std::collections::BTreeSet<i64> =
+        description["partitions"].as_array().unwrap().iter().map(|p| p["leader"].as_i64().unwrap()).collect();
+    assert_eq!(leaders, [1, 2, 3].into(), "{description}");
+    let input: String = (0..600).map(|index| format!("k{index},v{index}\n")).collect();
+    let (ok, stdout, stderr) = weir(&cluster.address(2), &["produce", "spread", "--key-separator", ","], Some(&input));
+    assert!(ok, "{stdout}{stderr}");
+    let mut expected: Vec<String> = (0..600).map(|index| format!("v{index}")).collect();
+    expected.sort();
+    let mut read = consume_all(&cluster.address(3), "spread");
+    read.sort();
+    assert_eq!(read, expected);
+
+    // kill -9 a learner: its partitions lose their leader, then come back with
+    // every record when it restarts and rejoins.
+    cluster.kill(3);
+    wait_for(&cluster, "the killed learner fenced", || {
+        let description = json(&cluster.address(1), &["topic", "describe", "spread"])?;
+        let leaders: Vec<i64> =
+            description["partitions"].as_array()?.iter().map(|p| p["leader"].as_i64().unwrap_or(0)).collect();
+        (leaders.contains(&-1) && !leaders.contains(&3)).then_some(())
+    });
+    cluster.restart(3);
+    wait_for(&cluster, "every partition led again", || {
+        let description = json(&cluster.address(3), &["topic", "describe", "spread"])?;
+        description["partitions"].as_array()?.iter().all(|p| p["leader"].as_i64() > Some(0)).then_some(())
+    });
+    let mut read = consume_all(&cluster.address(1), "spread");
+    read.sort();
+    assert_eq!(read, expected, "records after the learner's restart");
+    let (ok, _, stderr) = weir(&cluster.address(3), &["topic", "create", "after-rejoin"], None);
+    assert!(ok, "{stderr}");
 }

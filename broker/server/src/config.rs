@@ -85,7 +85,8 @@ pub struct Voter {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ControllerSettings {
     /// The voters, `id@host:port` each (`voters`, `--controller-voters`); empty:
-    /// this broker alone, a quorum of one.
+    /// this broker alone, a quorum of one. A broker not among them joins as a
+    /// learner of the metadata log.
     pub voters: Vec<Voter>,
     /// How often the active controller heartbeats the other voters
     /// (`raft_heartbeat_ms`).
@@ -430,7 +431,7 @@ impl BrokerConfig {
         check_range(&mut problems, "plugins.memory_bytes_max", self.plugins.memory_bytes_max, MIB, 4 * GIB);
         check_at_least(&mut problems, "plugins.output_bytes_max", self.plugins.output_bytes_max, KIB);
         check_range(&mut problems, "plugins.instances_max", self.plugins.instances_max, 1, 10_000);
-        self.controller.check(&mut problems, self.broker_id);
+        self.controller.check(&mut problems);
         check_at_least(&mut problems, "broker_id", self.broker_id, 0);
         if let Err(error) = self.log.validate() {
             problems.extend(error.problems.into_iter().map(|problem| format!("[log] {problem}")));
@@ -440,7 +441,13 @@ impl BrokerConfig {
 }
 
 impl ControllerSettings {
-    fn check(&self, problems: &mut Vec<String>, broker_id: i32) {
+    /// Whether broker `broker_id` is one of several (it reaches other brokers):
+    /// false for the single-node default, a quorum of itself alone.
+    pub fn in_a_cluster(&self, broker_id: i32) -> bool {
+        !(self.voters.is_empty() || (self.voters.len() == 1 && self.voters[0].id == broker_id))
+    }
+
+    fn check(&self, problems: &mut Vec<String>) {
         for voter in &self.voters {
             check_host_port(problems, &format!("controller.voters ({})", voter.id), &voter.address);
         }
@@ -456,14 +463,6 @@ impl ControllerSettings {
             problems.push(format!(
                 "controller.broker_session_timeout_ms ({}) must be at least 2 x controller.broker_heartbeat_ms ({})",
                 self.broker_session_timeout_ms, self.broker_heartbeat_ms
-            ));
-        }
-        if !self.voters.is_empty() && !self.voters.iter().any(|voter| voter.id == broker_id) {
-            // Brokers that are not voters join later (as learners); until then a
-            // broker must be one of the voters.
-            problems.push(format!(
-                "broker_id {broker_id} is not among controller.voters ({}); every broker is a voter for now",
-                self.voters.iter().map(|voter| voter.id.to_string()).collect::<Vec<_>>().join(", ")
             ));
         }
     }
@@ -955,12 +954,9 @@ mod tests {
         let voters: Vec<(i32, &str)> =
             config.controller.voters.iter().map(|voter| (voter.id, voter.address.as_str())).collect();
         assert_eq!(voters, [(9, "10.0.0.2:2"), (8, "10.0.0.3:2")]);
-        for (bad, problem) in [
-            ("9@10.0.0.2:2,9@x:1", "listed twice"),
-            ("nine@x:1", "must be a number"),
-            ("9", "id@host:port"),
-            ("8@x:1", "not among controller.voters"),
-        ] {
+        for (bad, problem) in
+            [("9@10.0.0.2:2,9@x:1", "listed twice"), ("nine@x:1", "must be a number"), ("9", "id@host:port")]
+        {
             let overrides = ConfigOverrides { controller_voters: Some(bad.to_owned()), ..overrides.clone() };
             let error = from_text(text, &overrides).unwrap_err().to_string();
             assert!(error.contains(problem), "{bad}: {error}");

@@ -134,12 +134,13 @@ impl Server {
             // The bound port (`listen` may say 0) is what clients and brokers reach.
             config.advertised_listener = Some(local_addr.to_string());
         }
-        let node = match config.controller.voters.len() > 1 {
+        let node = match config.controller.in_a_cluster(config.broker_id) {
             false => Node::open(&config).await?,
             true => {
                 // The other voters need this one to elect an active controller
-                // before any broker can register: serve quorum calls while the rest
-                // of the broker opens.
+                // before any broker can register (and a learner needs the log
+                // replicated to it): serve quorum calls while the rest of the
+                // broker opens.
                 let environment = crate::Environment::real();
                 let data_dir_lock = Node::lock_data_dir(&config, &environment)?;
                 let links = crate::controller::broker_link::BrokerLinks::start().map_err(ServerError::Thread)?;

@@ -19,6 +19,7 @@
 
 pub mod broker_link;
 mod compat;
+pub mod learners;
 pub mod log_store;
 pub mod membership;
 pub mod network;
@@ -143,6 +144,9 @@ pub struct Controller {
     /// The runtime the Raft node runs on: submissions run there as tasks of their
     /// own, never inside a caller (an RPC connection) that may vanish mid-way.
     runtime: tokio::runtime::Handle,
+    /// The voters this node was started with (id → address): whom a broker
+    /// that is not one of them asks to join.
+    configured_voters: Arc<BTreeMap<NodeId, String>>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -190,8 +194,11 @@ impl Controller {
             submitting: Arc::default(),
             liveness: Arc::default(),
             runtime: tokio::runtime::Handle::current(),
+            configured_voters: Arc::new(voters.clone()),
         };
-        if log_store.is_new() {
+        // Only a voter initialises: a broker that is not one joins the quorum's
+        // log as a learner (`learners.rs`).
+        if log_store.is_new() && voters.contains_key(&node_id) {
             let members: BTreeMap<NodeId, BasicNode> =
                 voters.into_iter().map(|(id, address)| (id, BasicNode::new(address))).collect();
             match controller.raft.initialize(members).await {
@@ -232,6 +239,11 @@ impl Controller {
     /// The voters of the quorum.
     pub fn voters(&self) -> BTreeSet<NodeId> {
         self.raft.metrics().borrow().membership_config.membership().voter_ids().collect()
+    }
+
+    /// The brokers that are not voters and follow the metadata log (learners).
+    pub fn learners(&self) -> BTreeSet<NodeId> {
+        self.raft.metrics().borrow().membership_config.membership().learner_ids().collect()
     }
 
     /// The applied image and its progress.

@@ -39,6 +39,9 @@ pub enum RaftCallKind {
     ControllerRequest,
     /// A broker's heartbeat to the active controller.
     BrokerHeartbeat,
+    /// A broker that is not a voter asks the active controller to replicate the
+    /// metadata log to it (as a Raft learner).
+    AddLearner,
 }
 
 impl RaftCallKind {
@@ -49,6 +52,7 @@ impl RaftCallKind {
             RaftCallKind::InstallSnapshot => "install-snapshot",
             RaftCallKind::ControllerRequest => "controller-request",
             RaftCallKind::BrokerHeartbeat => "broker-heartbeat",
+            RaftCallKind::AddLearner => "add-learner",
         }
     }
 
@@ -59,6 +63,7 @@ impl RaftCallKind {
             RaftCallKind::InstallSnapshot,
             RaftCallKind::ControllerRequest,
             RaftCallKind::BrokerHeartbeat,
+            RaftCallKind::AddLearner,
         ];
         kinds.into_iter().find(|kind| kind.name() == name)
     }
@@ -202,6 +207,10 @@ impl Controller {
             RaftCallKind::BrokerHeartbeat => {
                 let heartbeat: super::membership::BrokerHeartbeat = serde_json::from_slice(request).map_err(bad)?;
                 answer(&self.take_heartbeat(&heartbeat))
+            }
+            RaftCallKind::AddLearner => {
+                let learner: super::learners::Learner = serde_json::from_slice(request).map_err(bad)?;
+                answer(&self.add_learner(&learner).await)
             }
         }
     }

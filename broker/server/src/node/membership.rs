@@ -1,4 +1,5 @@
-//! This broker in the cluster: it makes sure the cluster has an id, registers
+//! This broker in the cluster: a broker that is not a voter joins the metadata
+//! log as a learner first; then it makes sure the cluster has an id, registers
 //! (its broker epoch is the offset of the registration), creates the internal
 //! topics a cluster needs when they are missing. A registered broker starts
 //! fenced; it asks to be unfenced (to lead) only once its partitions are open,
@@ -16,6 +17,8 @@ impl Node {
     /// Waits for the quorum, gives a new cluster its id, registers this broker.
     pub(super) async fn join_cluster(&self) -> Result<(), NodeError> {
         let unavailable = |error: SubmitError<ControllerError>| NodeError::Controller(error.to_string());
+        let address = format!("{}:{}", self.broker.host, self.broker.port);
+        self.controller.join_as_learner(&address, CONTROLLER_START_TIMEOUT).await.map_err(NodeError::Controller)?;
         let cluster_id = new_cluster_id(&*self.clock, self.broker.id);
         self.controller
             .request_until(&ControllerRequest::InitCluster { cluster_id }, CONTROLLER_START_TIMEOUT)

@@ -200,13 +200,11 @@ impl Node {
     /// Opens the data directory on real files with the system clock: see
     /// [`Node::open_in`].
     pub async fn open(config: &BrokerConfig) -> Result<Node, NodeError> {
-        let transport: Arc<dyn RaftTransport> = match config.controller.voters.len() > 1 {
-            true => Arc::new(
-                crate::controller::broker_link::BrokerLinks::start()
-                    .map_err(|error| NodeError::Storage(format!("starting the broker link thread: {error}")))?,
-            ),
-            false => Arc::new(crate::controller::network::Unconnected),
-        };
+        // Even a quorum of one reaches other brokers: those that are not voters
+        // join it as learners, and it replicates the metadata log to them.
+        let links = crate::controller::broker_link::BrokerLinks::start()
+            .map_err(|error| NodeError::Storage(format!("starting the broker link thread: {error}")))?;
+        let transport: Arc<dyn RaftTransport> = Arc::new(links);
         Node::open_in(config, Environment::real(), transport).await
     }
 

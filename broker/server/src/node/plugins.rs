@@ -115,12 +115,12 @@ impl Node {
     /// bypassed), and a transform would read partitions led elsewhere. Refused
     /// until they move into the cluster metadata.
     fn refuse_in_a_cluster(&self, what: &str) -> Result<(), ApiError> {
-        let voters = self.controller.voters().len();
-        if voters <= 1 {
+        let brokers = self.controller.voters().len() + self.controller.learners().len();
+        if brokers <= 1 {
             return Ok(());
         }
         let message = format!(
-            "{what} are kept by each broker and not yet supported in a cluster of {voters} brokers \
+            "{what} are kept by each broker and not yet supported in a cluster of {brokers} brokers \
              (they will move into the cluster metadata)"
         );
         Err(ApiError::new(ErrorCode::InvalidRequest, message))
