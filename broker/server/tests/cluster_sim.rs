@@ -67,7 +67,8 @@ const BROKER_HEARTBEAT: Duration = Duration::from_millis(100);
 const SESSION_TIMEOUT: Duration = Duration::from_millis(900);
 
 fn timing() -> RaftTiming {
-    RaftTiming { heartbeat_ms: 50, election_timeout_ms: (300, 600) }
+    // Snapshots every 25 entries: each run builds, purges and installs them.
+    RaftTiming { heartbeat_ms: 50, election_timeout_ms: (300, 600), snapshot_after_entries: 25 }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -265,8 +266,8 @@ struct Ledger {
     /// Topics a delete was tried for, and those acknowledged.
     delete_tried: BTreeSet<String>,
     deleted: BTreeSet<String>,
-    /// Acknowledged producer-id blocks: first id → count.
-    producer_ids: BTreeMap<i64, i64>,
+    /// Acknowledged producer-id blocks: (first id, count).
+    producer_ids: Vec<(i64, i64)>,
     /// Highest metadata offset of any acknowledged write.
     last_acknowledged: Option<u64>,
 }
@@ -468,7 +469,7 @@ impl Sim {
                 }
                 ControllerRequest::AllocateProducerIds { count, .. } => {
                     let first = response.value.expect("an allocation answers its first id");
-                    ledger.producer_ids.insert(first, count);
+                    ledger.producer_ids.push((first, count));
                 }
                 _ => {}
             }
@@ -521,7 +522,10 @@ impl Sim {
 
     async fn run(mut self) -> Result<u64, String> {
         seed_thread_rng(self.rng.gen());
+        // Voters start a few milliseconds apart, as processes do (started in the
+        // same instant on the paused clock, their election ticks would align).
         for index in 0..self.voters.len() {
+            tokio::time::sleep(Duration::from_millis(self.rng.gen_range(0..20))).await;
             self.start(index).await;
         }
         let chaos_until = Instant::now() + CHAOS;
@@ -543,6 +547,7 @@ impl Sim {
         }
         for index in 0..self.voters.len() {
             if self.voters[index].life.is_none() {
+                tokio::time::sleep(Duration::from_millis(self.rng.gen_range(0..20))).await;
                 self.start(index).await;
             }
         }
@@ -565,8 +570,9 @@ impl Sim {
             let ledger = lock(&self.ledger);
             let image = self.voters[0].life.as_ref().unwrap().controller.read(ClusterImage::clone);
             eprintln!(
-                "{} voters, {} lives, {} terms led, applied offset {:?}; acknowledged: {} creates, {} deletes, {} id blocks; {} topics at the end",
+                "{} voters ({} with a snapshot), {} lives, {} terms led, applied offset {:?}; acknowledged: {} creates, {} deletes, {} id blocks; {} topics at the end",
                 self.voters.len(),
+                self.voters.iter().filter(|voter| voter.disk.file_paths().iter().any(|path| path.ends_with("snapshot.json"))).count(),
                 self.voters.iter().map(|voter| voter.lives).sum::<u32>(),
                 self.checker.terms.len(),
                 image.applied_offset,
@@ -633,8 +639,10 @@ impl Sim {
                 return Err(format!("topic {name} was deleted, and is back"));
             }
         }
+        let mut blocks = ledger.producer_ids.clone();
+        blocks.sort_unstable();
         let mut end = i64::MIN;
-        for (first, count) in &ledger.producer_ids {
+        for (first, count) in &blocks {
             if *first < end {
                 return Err(format!("producer-id block {first}+{count} overlaps the one before"));
             }

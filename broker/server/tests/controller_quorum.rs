@@ -19,7 +19,7 @@ use broker_core::storage::mem::{CrashMode, MemStorage};
 const WAIT: Duration = Duration::from_secs(60);
 
 fn timing() -> RaftTiming {
-    RaftTiming { heartbeat_ms: 50, election_timeout_ms: (300, 600) }
+    RaftTiming { heartbeat_ms: 50, election_timeout_ms: (300, 600), ..RaftTiming::default() }
 }
 
 fn runtime() -> tokio::runtime::Runtime {

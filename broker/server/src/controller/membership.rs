@@ -73,12 +73,21 @@ impl Controller {
             },
         );
         let broker = self.read(|image| image.brokers.get(&heartbeat.broker_id).cloned());
-        Ok(match broker {
+        match broker {
             Some(broker) if broker.epoch == heartbeat.broker_epoch => {
-                HeartbeatAnswer { registered: true, fenced: broker.fenced }
+                Ok(HeartbeatAnswer { registered: true, fenced: broker.fenced })
             }
-            _ => HeartbeatAnswer { registered: false, fenced: true },
-        })
+            // A later registration of this broker id replaced it.
+            Some(broker) if broker.epoch > heartbeat.broker_epoch => {
+                Ok(HeartbeatAnswer { registered: false, fenced: true })
+            }
+            // This controller has not applied the registration yet (just elected,
+            // entries of the last leader still applying): the broker asks again.
+            _ => Err(SubmitError::Failed(format!(
+                "the active controller has not applied broker {}'s registration at epoch {} yet",
+                heartbeat.broker_id, heartbeat.broker_epoch
+            ))),
+        }
     }
 
     /// Counts a registration or unfencing carried out here as a heartbeat: a

@@ -79,8 +79,6 @@ pub type Entry = openraft::Entry<TypeConfig>;
 pub const CONTROLLER_DIR: &str = "__cluster_metadata";
 /// Longest a submission waits for its records to commit.
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Entries between snapshots (after which the log is purged).
-const SNAPSHOT_AFTER_ENTRIES: u64 = 1_000;
 
 /// Raft timing of the quorum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,11 +88,14 @@ pub struct RaftTiming {
     /// A voter that hears no heartbeat for a random time in this range stands
     /// for election.
     pub election_timeout_ms: (u64, u64),
+    /// Entries between snapshots, after which the log is purged (a tenth of
+    /// them kept for voters a little behind).
+    pub snapshot_after_entries: u64,
 }
 
 impl Default for RaftTiming {
     fn default() -> RaftTiming {
-        RaftTiming { heartbeat_ms: 250, election_timeout_ms: (1_000, 2_000) }
+        RaftTiming { heartbeat_ms: 250, election_timeout_ms: (1_000, 2_000), snapshot_after_entries: 1_000 }
     }
 }
 
@@ -177,8 +178,8 @@ impl Controller {
             heartbeat_interval: timing.heartbeat_ms,
             election_timeout_min: timing.election_timeout_ms.0,
             election_timeout_max: timing.election_timeout_ms.1,
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(SNAPSHOT_AFTER_ENTRIES),
-            max_in_snapshot_log_to_keep: 100,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_after_entries),
+            max_in_snapshot_log_to_keep: timing.snapshot_after_entries / 10,
             ..Config::default()
         };
         let config = Arc::new(config.validate().map_err(|error| ControllerStartError::Raft(error.to_string()))?);

@@ -255,6 +255,7 @@ impl Node {
                 config.controller.raft_election_timeout_ms,
                 2 * config.controller.raft_election_timeout_ms,
             ),
+            ..RaftTiming::default()
         };
         let storage = environment.storage.clone();
         Ok(Controller::open(storage, &config.data_dir, config.broker_id as NodeId, voters, timing, transport).await?)
