@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use broker_core::cluster::{
-    ApplyError, BrokerRegistration, ClusterImage, ControllerError, InitialIsr, MetadataRecord, PartitionState,
-    NO_LEADER,
+    ApplyError, AttachmentEntry, BrokerRegistration, ClusterImage, ControllerError, InitialIsr, MetadataRecord,
+    PartitionState, PluginEntry, NO_LEADER,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -201,7 +201,7 @@ fn records_that_do_not_fit_change_nothing() {
 fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
     let broker_ids: Vec<i32> = cluster.image.brokers.keys().copied().collect();
     let topics: Vec<String> = cluster.image.topics.keys().cloned().collect();
-    let records = match rng.gen_range(0..9) {
+    let records = match rng.gen_range(0..11) {
         0 => {
             *incarnations += 1;
             let registration = BrokerRegistration {
@@ -239,9 +239,48 @@ fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
         7 if !broker_ids.is_empty() => {
             cluster.image.allocate_producer_ids(broker_ids[rng.gen_range(0..broker_ids.len())], 1000).unwrap()
         }
+        8 => plugin_step(cluster, rng, &topics),
         _ => cluster.image.elect_preferred_leaders(),
     };
     cluster.commit(records);
+}
+
+/// A random plugin request: register (sometimes under a new hook), remove,
+/// attach, detach. Refusals are fine; what is planned must apply.
+fn plugin_step(cluster: &Cluster, rng: &mut StdRng, topics: &[String]) -> Vec<MetadataRecord> {
+    const HOOKS: [&str; 3] = ["partitioner", "produce-interceptor", "consume-interceptor"];
+    let name = format!("p{}", rng.gen_range(0..4));
+    let hook = HOOKS[rng.gen_range(0..HOOKS.len())];
+    let planned = match rng.gen_range(0..4) {
+        0 => {
+            let entry = PluginEntry {
+                name,
+                hook: hook.to_owned(),
+                digest: format!("{:064x}", rng.gen::<u64>()),
+                size_bytes: 10,
+                uploaded_ms: 0,
+                uploaded_by: Some(1),
+            };
+            cluster.image.register_plugin(&entry)
+        }
+        1 => cluster.image.remove_plugin(&name),
+        _ if topics.is_empty() => Ok(Vec::new()),
+        2 => {
+            let topic = topics[rng.gen_range(0..topics.len())].clone();
+            let hook = cluster.image.plugins.get(&name).map_or(hook.to_owned(), |plugin| plugin.hook.clone());
+            let entry =
+                AttachmentEntry { topic, hook, plugin: name, config: Vec::new(), policy: "fail-open".to_owned() };
+            cluster.image.attach_plugin(&entry)
+        }
+        _ => {
+            let topic = &topics[rng.gen_range(0..topics.len())];
+            match cluster.image.attachments.get(topic).and_then(|list| list.first()) {
+                Some(first) => cluster.image.detach_plugin(topic, &first.hook, &first.plugin),
+                None => cluster.image.detach_plugin(topic, hook, &name),
+            }
+        }
+    };
+    planned.unwrap_or_default()
 }
 
 #[test]
@@ -278,6 +317,7 @@ fn random_controller_requests_keep_the_invariants_and_replay_to_the_same_image()
     // The walk reaches every kind of record it can produce.
     let expected = ["RegisterBroker", "FenceBroker", "UnfenceBroker", "CreateTopic", "DeleteTopic"];
     let expected = expected.into_iter().chain(["PartitionChange", "ConfigChange", "ProducerIdBlock"]);
+    let expected = expected.chain(["RegisterPlugin", "RemovePlugin", "AttachPlugin", "DetachPlugin"]);
     for kind in expected {
         assert!(kinds.get(kind).is_some_and(|count| *count > 0), "no {kind} in {kinds:?}");
     }

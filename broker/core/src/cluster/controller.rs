@@ -20,11 +20,17 @@
 //!    interleaves racks, skipping racks already used while unused ones remain.
 //! 5. **Preferred leaders**: a partition whose first replica is active and in the
 //!    ISR, but led by another broker, is moved back to it.
+//! 6. **Plugins**: a plugin is registered by name (replacing the code of that
+//!    name, unless it is attached as another hook) and removed only when attached
+//!    nowhere; an attachment needs the topic and a plugin of its hook, and a new
+//!    partitioner replaces the topic's previous one.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::image::ClusterImage;
-use super::record::{BrokerId, BrokerRegistration, MetadataRecord, PartitionState, NO_LEADER};
+use super::image::{ClusterImage, PARTITIONER_HOOK};
+use super::record::{
+    AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER,
+};
 
 /// Why the controller refuses a request.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
@@ -43,6 +49,18 @@ pub enum ControllerError {
     StaleBrokerEpoch { broker_id: BrokerId, broker_epoch: u64, current: u64 },
     #[error("no plugin {0:?}")]
     UnknownPlugin(String),
+    /// Attached (or, for a new hook, attached as the old one) where the request
+    /// needs it not to be.
+    #[error("{0}")]
+    PluginInUse(String),
+    /// A plugin of another hook than the attachment asks for.
+    #[error("{0}")]
+    PluginHookMismatch(String),
+    /// Attached already, or not attached.
+    #[error("{0}")]
+    AttachmentConflict(String),
+    #[error("{0}")]
+    NotAttached(String),
 }
 
 /// Which replicas start in the ISR of a new partition.
@@ -202,6 +220,83 @@ impl ClusterImage {
             return Err(ControllerError::UnknownTopic(name.to_owned()));
         }
         Ok(vec![MetadataRecord::DeleteTopic { name: name.to_owned() }])
+    }
+
+    /// Registers `entry` (a new plugin, or new code under a known name).
+    pub fn register_plugin(&self, entry: &PluginEntry) -> Result<Vec<MetadataRecord>, ControllerError> {
+        if let Some(attachment) = self.attached_to(&entry.name).find(|attachment| attachment.hook != entry.hook) {
+            return Err(ControllerError::PluginInUse(format!(
+                "{:?} is attached to {:?} as a {}; detach it to change its hook",
+                entry.name, attachment.topic, attachment.hook
+            )));
+        }
+        Ok(vec![MetadataRecord::RegisterPlugin(entry.clone())])
+    }
+
+    /// Removes plugin `name`, which must be attached nowhere.
+    pub fn remove_plugin(&self, name: &str) -> Result<Vec<MetadataRecord>, ControllerError> {
+        if !self.plugins.contains_key(name) {
+            return Err(ControllerError::UnknownPlugin(name.to_owned()));
+        }
+        let topics: Vec<&str> = self.attached_to(name).map(|attachment| attachment.topic.as_str()).collect();
+        if !topics.is_empty() {
+            return Err(ControllerError::PluginInUse(format!(
+                "plugin {name:?} is attached to {topics:?}; detach it first"
+            )));
+        }
+        Ok(vec![MetadataRecord::RemovePlugin { name: name.to_owned() }])
+    }
+
+    /// Attaches `entry`; a partitioner replaces the topic's previous one.
+    pub fn attach_plugin(&self, entry: &AttachmentEntry) -> Result<Vec<MetadataRecord>, ControllerError> {
+        if !self.topics.contains_key(&entry.topic) {
+            return Err(ControllerError::UnknownTopic(entry.topic.clone()));
+        }
+        let plugin =
+            self.plugins.get(&entry.plugin).ok_or_else(|| ControllerError::UnknownPlugin(entry.plugin.clone()))?;
+        if plugin.hook != entry.hook {
+            return Err(ControllerError::PluginHookMismatch(format!(
+                "plugin {:?} is a {}, not a {}",
+                entry.plugin, plugin.hook, entry.hook
+            )));
+        }
+        let attached = self.attachments.get(&entry.topic).map(Vec::as_slice).unwrap_or_default();
+        let mut records = Vec::new();
+        for previous in attached.iter().filter(|previous| previous.hook == entry.hook) {
+            if previous.plugin == entry.plugin && entry.hook != PARTITIONER_HOOK {
+                return Err(ControllerError::AttachmentConflict(format!(
+                    "plugin {:?} is already attached to {:?} as a {}",
+                    entry.plugin, entry.topic, entry.hook
+                )));
+            }
+            if entry.hook == PARTITIONER_HOOK {
+                records.push(MetadataRecord::DetachPlugin {
+                    topic: entry.topic.clone(),
+                    hook: previous.hook.clone(),
+                    plugin: previous.plugin.clone(),
+                });
+            }
+        }
+        records.push(MetadataRecord::AttachPlugin(entry.clone()));
+        Ok(records)
+    }
+
+    /// Detaches plugin `plugin` attached to `topic` as a `hook`.
+    pub fn detach_plugin(&self, topic: &str, hook: &str, plugin: &str) -> Result<Vec<MetadataRecord>, ControllerError> {
+        let attached = self
+            .attachments
+            .get(topic)
+            .is_some_and(|list| list.iter().any(|attachment| attachment.hook == hook && attachment.plugin == plugin));
+        if !attached {
+            return Err(ControllerError::NotAttached(format!(
+                "plugin {plugin:?} is not attached to {topic:?} as a {hook}"
+            )));
+        }
+        Ok(vec![MetadataRecord::DetachPlugin {
+            topic: topic.to_owned(),
+            hook: hook.to_owned(),
+            plugin: plugin.to_owned(),
+        }])
     }
 
     /// Sets (`Some`) or removes (`None`) config overrides of `topic`.

@@ -21,7 +21,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::record::{BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER};
+use super::record::{
+    AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER,
+};
 
 /// One registered broker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,7 +58,13 @@ pub struct ClusterImage {
     /// The first producer id not handed out yet.
     pub next_producer_id: i64,
     pub plugins: BTreeMap<String, PluginEntry>,
+    /// Topic → its interceptors and partitioner, in attach order.
+    #[serde(default)]
+    pub attachments: BTreeMap<String, Vec<AttachmentEntry>>,
 }
+
+/// The hook name of a partitioner plugin (a topic has at most one).
+pub const PARTITIONER_HOOK: &str = "partitioner";
 
 /// Why a record does not fit the image.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -143,6 +151,7 @@ impl ClusterImage {
             }
             MetadataRecord::DeleteTopic { name } => {
                 self.topics.remove(name).ok_or_else(|| format!("no topic {name:?}"))?;
+                self.attachments.remove(name);
             }
             MetadataRecord::PartitionChange { topic, partition, state } => {
                 let current = self.partition(topic, *partition)?.clone();
@@ -166,10 +175,47 @@ impl ClusterImage {
                 self.next_producer_id = first.checked_add(*count).ok_or("producer ids overflow")?;
             }
             MetadataRecord::RegisterPlugin(entry) => {
+                if let Some(topic) = self.attached_to(&entry.name).find(|attachment| attachment.hook != entry.hook) {
+                    return Err(format!(
+                        "plugin {:?} is attached to {:?} as a {}",
+                        entry.name, topic.topic, topic.hook
+                    ));
+                }
                 self.plugins.insert(entry.name.clone(), entry.clone());
             }
             MetadataRecord::RemovePlugin { name } => {
+                if let Some(attachment) = self.attached_to(name).next() {
+                    return Err(format!("plugin {name:?} is attached to {:?}", attachment.topic));
+                }
                 self.plugins.remove(name).ok_or_else(|| format!("no plugin {name:?}"))?;
+            }
+            MetadataRecord::AttachPlugin(entry) => {
+                if !self.topics.contains_key(&entry.topic) {
+                    return Err(format!("no topic {:?}", entry.topic));
+                }
+                let plugin = self.plugins.get(&entry.plugin).ok_or_else(|| format!("no plugin {:?}", entry.plugin))?;
+                if plugin.hook != entry.hook {
+                    return Err(format!("plugin {:?} is a {}, not a {}", entry.plugin, plugin.hook, entry.hook));
+                }
+                let list = self.attachments.entry(entry.topic.clone()).or_default();
+                let clash = list.iter().any(|attached| {
+                    attached.hook == entry.hook && (attached.plugin == entry.plugin || entry.hook == PARTITIONER_HOOK)
+                });
+                if clash {
+                    return Err(format!("topic {:?} already has that {}", entry.topic, entry.hook));
+                }
+                list.push(entry.clone());
+            }
+            MetadataRecord::DetachPlugin { topic, hook, plugin } => {
+                let list = self.attachments.get_mut(topic).ok_or_else(|| format!("nothing attached to {topic:?}"))?;
+                let before = list.len();
+                list.retain(|attached| !(attached.hook == *hook && attached.plugin == *plugin));
+                if list.len() == before {
+                    return Err(format!("plugin {plugin:?} is not attached to {topic:?} as a {hook}"));
+                }
+                if list.is_empty() {
+                    self.attachments.remove(topic);
+                }
             }
         }
         Ok(())
@@ -234,7 +280,26 @@ impl ClusterImage {
     }
 
     /// Checks the invariants in the module docs; returns the first broken one.
+    /// The attachments of plugin `name`, on every topic.
+    pub fn attached_to<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a AttachmentEntry> + 'a {
+        self.attachments.values().flatten().filter(move |attachment| attachment.plugin == name)
+    }
+
     pub fn check_invariants(&self) -> Result<(), String> {
+        for (topic, list) in &self.attachments {
+            if !self.topics.contains_key(topic) || list.is_empty() {
+                return Err(format!("attachments of {topic:?}: no such topic, or an empty list"));
+            }
+            for attachment in list {
+                let hook = self.plugins.get(&attachment.plugin).map(|plugin| plugin.hook.as_str());
+                if hook != Some(attachment.hook.as_str()) || attachment.topic != *topic {
+                    return Err(format!("attachment {attachment:?} does not match a stored plugin of its hook"));
+                }
+            }
+            if list.iter().filter(|attachment| attachment.hook == PARTITIONER_HOOK).count() > 1 {
+                return Err(format!("topic {topic:?} has more than one partitioner"));
+            }
+        }
         for (topic, partition, state) in self.partitions() {
             let context = |reason: String| format!("{topic}-{partition}: {reason}");
             check_replica_sets(state).map_err(context)?;

@@ -21,6 +21,8 @@ pub mod record;
 pub mod request;
 
 pub use controller::{ControllerError, InitialIsr};
-pub use image::{ApplyError, BrokerState, ClusterImage, TopicImage};
-pub use record::{BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER};
+pub use image::{ApplyError, BrokerState, ClusterImage, TopicImage, PARTITIONER_HOOK};
+pub use record::{
+    AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER,
+};
 pub use request::{ControllerRequest, ControllerResponse, IsrChoice};

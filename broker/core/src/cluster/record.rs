@@ -62,6 +62,23 @@ pub struct PluginEntry {
     pub digest: String,
     pub size_bytes: u64,
     pub uploaded_ms: i64,
+    /// The broker the bytes were uploaded to: where other brokers fetch them
+    /// first (by digest, verified).
+    #[serde(default)]
+    pub uploaded_by: Option<BrokerId>,
+}
+
+/// An interceptor or partitioner attached to a topic; every broker runs its own
+/// instance of it, `init`ed with `config`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachmentEntry {
+    pub topic: String,
+    /// `partitioner`, `produce-interceptor` or `consume-interceptor`.
+    pub hook: String,
+    pub plugin: String,
+    pub config: Vec<(String, String)>,
+    /// `fail-closed` or `fail-open`.
+    pub policy: String,
 }
 
 /// One entry of the metadata log.
@@ -120,6 +137,14 @@ pub enum MetadataRecord {
     RemovePlugin {
         name: String,
     },
+    /// An interceptor or partitioner is attached to a topic (after the topic's
+    /// others of the same hook; a topic has at most one partitioner).
+    AttachPlugin(AttachmentEntry),
+    DetachPlugin {
+        topic: String,
+        hook: String,
+        plugin: String,
+    },
 }
 
 impl MetadataRecord {
@@ -137,6 +162,8 @@ impl MetadataRecord {
             MetadataRecord::ProducerIdBlock { .. } => "ProducerIdBlock",
             MetadataRecord::RegisterPlugin(_) => "RegisterPlugin",
             MetadataRecord::RemovePlugin { .. } => "RemovePlugin",
+            MetadataRecord::AttachPlugin(_) => "AttachPlugin",
+            MetadataRecord::DetachPlugin { .. } => "DetachPlugin",
         }
     }
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::controller::{ControllerError, InitialIsr};
 use super::image::ClusterImage;
-use super::record::{BrokerId, BrokerRegistration, MetadataRecord};
+use super::record::{AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PluginEntry};
 
 /// One request to the active controller.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +62,17 @@ pub enum ControllerRequest {
         count: i64,
     },
     ElectPreferredLeaders,
+    /// A plugin whose bytes are stored on the uploading broker.
+    RegisterPlugin(PluginEntry),
+    RemovePlugin {
+        name: String,
+    },
+    AttachPlugin(AttachmentEntry),
+    DetachPlugin {
+        topic: String,
+        hook: String,
+        plugin: String,
+    },
 }
 
 /// [`InitialIsr`] on the wire.
@@ -130,6 +141,12 @@ impl ControllerRequest {
                 )
             }
             ControllerRequest::ElectPreferredLeaders => (image.elect_preferred_leaders(), none),
+            ControllerRequest::RegisterPlugin(entry) => (image.register_plugin(entry)?, none),
+            ControllerRequest::RemovePlugin { name } => (image.remove_plugin(name)?, none),
+            ControllerRequest::AttachPlugin(entry) => (image.attach_plugin(entry)?, none),
+            ControllerRequest::DetachPlugin { topic, hook, plugin } => {
+                (image.detach_plugin(topic, hook, plugin)?, none)
+            }
         };
         Ok(planned)
     }

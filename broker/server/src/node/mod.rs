@@ -433,7 +433,10 @@ fn controller_error(error: SubmitError<ControllerError>) -> ApiError {
                 ControllerError::UnknownBroker(_) | ControllerError::StaleBrokerEpoch { .. } => {
                     ErrorCode::InvalidRequest
                 }
-                ControllerError::UnknownPlugin(_) => ErrorCode::PluginNotFound,
+                ControllerError::UnknownPlugin(_) | ControllerError::NotAttached(_) => ErrorCode::PluginNotFound,
+                ControllerError::PluginInUse(_) => ErrorCode::PluginInUse,
+                ControllerError::PluginHookMismatch(_) => ErrorCode::InvalidPlugin,
+                ControllerError::AttachmentConflict(_) => ErrorCode::InvalidRequest,
             };
             ApiError::new(code, refused.to_string())
         }
