@@ -358,8 +358,9 @@ interface Broker {
   fetchOffsets @9 (groupId :Text, partitions :List(TopicPartition)) -> (offsets :List(CommittedOffset), error :Error);   # empty list = all
   # Between brokers, not for clients: one call of the controller quorum (a Raft
   # message, a request for the active controller, a broker heartbeat); JSON both
-  # ways. `kind` names the call (append-entries, vote, install-snapshot,
-  # controller-request, broker-heartbeat).
+  # ways (fetch-plugin answers raw bytes). `kind` names the call (append-entries,
+  # vote, install-snapshot, controller-request, broker-heartbeat, add-learner,
+  # fetch-plugin).
   controllerCall @10 (kind :Text, payload :Data) -> (payload :Data, error :Error);
   # The broker that coordinates a consumer group (the leader of the group's
   # partition of __consumer_offsets); send the group's calls there.

@@ -4,7 +4,8 @@
 //! active controller elects a new one and admin works again; the killed broker's
 //! partitions come back with every record when it restarts; a consumer group's
 //! members on different brokers split the partitions; brokers that are not voters
-//! join, lead partitions, forward admin requests and rejoin after `kill -9`.
+//! join, lead partitions, forward admin requests and rejoin after `kill -9`; a
+//! plugin uploaded to one broker and attached through another runs on a third.
 //!
 //! Waits are on events (log lines, the CLI's answers) with generous deadlines.
 #![allow(clippy::unwrap_used)]
@@ -327,4 +328,88 @@ fn brokers_that_are_not_voters_join_lead_partitions_and_rejoin_after_a_kill() {
     assert_eq!(read, expected, "records after the learner's restart");
     let (ok, _, stderr) = weir(&cluster.address(3), &["topic", "create", "after-rejoin"], None);
     assert!(ok, "{stderr}");
+}
+
+fn plugin_file(name: &str) -> String {
+    let dir = match std::env::var_os("WEIR_PLUGIN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/plugins/wasm32-wasip2/release"),
+    };
+    let path = dir.join(format!("{name}.wasm"));
+    assert!(path.exists(), "{}: build the plugins first: ./scripts/build-plugins.sh", path.display());
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_plugin_uploaded_to_one_broker_runs_on_the_others() {
+    let cluster = Cluster::start(3);
+    wait_for(&cluster, "three active brokers", || {
+        let status = json(&cluster.address(1), &["cluster", "status"])?;
+        let active = status["brokers"].as_array()?.iter().filter(|broker| broker["state"] == "active").count();
+        (active == 3).then_some(())
+    });
+    let (ok, _, stderr) = weir(&cluster.address(1), &["topic", "create", "checked", "--partitions", "3"], None);
+    assert!(ok, "{stderr}");
+    // Uploaded to broker 1, attached through broker 2.
+    let (ok, _, stderr) =
+        weir(&cluster.address(1), &["plugin", "upload", &plugin_file("json_validator"), "--name", "json"], None);
+    assert!(ok, "{stderr}");
+    // Metadata reaches each broker a moment apart (as in Kafka): wait until
+    // broker 2 knows the plugin.
+    wait_for(&cluster, "the plugin listed by broker 2", || {
+        let (ok, stdout, _) = weir(&cluster.address(2), &["plugin", "list", "--format", "json"], None);
+        (ok && stdout.contains("\"json\"")).then_some(())
+    });
+    let (ok, _, stderr) = weir(&cluster.address(2), &["topic", "add-interceptor", "checked", "--plugin", "json"], None);
+    assert!(ok, "{stderr}");
+    // Broker 3 fetched the bytes from broker 1 and runs its own instance.
+    wait_for(&cluster, "the interceptor running on broker 3", || {
+        let attachment = json(&cluster.address(3), &["topic", "interceptors", "checked"])?;
+        (attachment["status"] == "running").then_some(())
+    });
+    let description = json(&cluster.address(3), &["topic", "describe", "checked"]).unwrap();
+    for partition in description["partitions"].as_array().unwrap() {
+        let (index, leader) = (partition["partition"].as_i64().unwrap(), partition["leader"].as_i64().unwrap());
+        let index = index.to_string();
+        let refused = weir(&cluster.address(1), &["produce", "checked", "--partition", &index], Some("not json\n"));
+        assert!(!refused.0 && refused.2.contains("invalid JSON"), "partition {index} led by {leader}: {refused:?}");
+        let accepted = weir(&cluster.address(1), &["produce", "checked", "--partition", &index], Some("{\"ok\":1}\n"));
+        assert!(accepted.0, "partition {index} led by {leader}: {accepted:?}");
+    }
+
+    // A partitioner uploaded to broker 2 and set through broker 3 places the
+    // records of a producer bootstrapped from broker 1.
+    let (ok, _, stderr) = weir(&cluster.address(1), &["topic", "create", "orders", "--partitions", "3"], None);
+    assert!(ok, "{stderr}");
+    let upload = ["plugin", "upload", &plugin_file("region_partitioner"), "--name", "regions"];
+    let (ok, _, stderr) = weir(&cluster.address(2), &upload, None);
+    assert!(ok, "{stderr}");
+    wait_for(&cluster, "the partitioner listed by broker 3", || {
+        let (ok, stdout, _) = weir(&cluster.address(3), &["plugin", "list", "--format", "json"], None);
+        (ok && stdout.contains("\"regions\"")).then_some(())
+    });
+    let set = ["topic", "set-partitioner", "orders", "--plugin", "regions", "--config", "region.eu=2"];
+    let (ok, _, stderr) = weir(&cluster.address(3), &set, None);
+    assert!(ok, "{stderr}");
+    wait_for(&cluster, "broker 1 naming the partitioner", || {
+        let attachment = json(&cluster.address(1), &["topic", "interceptors", "orders"])?;
+        (attachment["plugin"] == "regions").then_some(())
+    });
+    let (ok, stdout, stderr) =
+        weir(&cluster.address(1), &["produce", "orders", "--key-separator", " "], Some("eu:1 first\neu:2 second\n"));
+    assert!(ok, "{stdout}{stderr}");
+    let consume = ["consume", "orders", "--partition", "2", "--offset", "beginning", "--timeout-ms", "3000"];
+    let (ok, stdout, stderr) = weir(&cluster.address(3), &consume, None);
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), ["first", "second"], "both eu keys in partition 2");
+    // Removed everywhere: detached through broker 3, deleted through broker 1.
+    let (ok, _, stderr) =
+        weir(&cluster.address(3), &["topic", "remove-interceptor", "checked", "--plugin", "json"], None);
+    assert!(ok, "{stderr}");
+    let (ok, _, stderr) = weir(&cluster.address(1), &["plugin", "delete", "json"], None);
+    assert!(ok, "{stderr}");
+    wait_for(&cluster, "the plugin gone from broker 3", || {
+        let (ok, stdout, _) = weir(&cluster.address(3), &["plugin", "list", "--format", "json"], None);
+        (ok && !stdout.contains("\"json\"")).then_some(())
+    });
 }

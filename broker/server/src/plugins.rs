@@ -35,6 +35,8 @@ use plugin_host::{
 };
 use serde::{Deserialize, Serialize};
 
+use broker_core::cluster::{AttachmentEntry, PluginEntry};
+
 use crate::environment::Environment;
 use crate::error::ApiError;
 use crate::partition::lock;
@@ -72,42 +74,47 @@ impl FailurePolicy {
     }
 }
 
-/// The registry as stored.
+/// `plugins/registry.json`, where a broker kept its plugins and attachments
+/// before they moved into the cluster metadata: read once, at the upgrade.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct RegistryFile {
-    plugins: Vec<PluginRecord>,
-    attachments: Vec<AttachmentRecord>,
+pub(crate) struct LegacyRegistry {
+    pub plugins: Vec<LegacyPlugin>,
+    pub attachments: Vec<LegacyAttachment>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct PluginRecord {
-    name: String,
-    digest: String,
-    hook: String,
-    size_bytes: u64,
-    uploaded_ms: i64,
+pub(crate) struct LegacyPlugin {
+    pub name: String,
+    pub digest: String,
+    pub hook: String,
+    pub size_bytes: u64,
+    pub uploaded_ms: i64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct AttachmentRecord {
-    topic: String,
-    hook: String,
-    plugin: String,
-    config: Vec<(String, String)>,
-    policy: FailurePolicy,
+pub(crate) struct LegacyAttachment {
+    pub topic: String,
+    pub hook: String,
+    pub plugin: String,
+    pub config: Vec<(String, String)>,
+    pub policy: FailurePolicy,
 }
 
-/// A stored plugin.
+/// A plugin of the cluster metadata, loaded on this broker.
 struct Stored {
-    record: PluginRecord,
+    entry: PluginEntry,
     compiled: Arc<CompiledPlugin>,
     log: Arc<PluginLog>,
     metrics: Arc<PluginMetrics>,
 }
 
-/// An attachment and its running instance (`None` when `init` failed at start-up).
+/// An attachment of the cluster metadata and this broker's instance of it
+/// (`None` while its plugin's bytes are missing, or when `init` failed).
 struct Attachment {
-    record: AttachmentRecord,
+    entry: AttachmentEntry,
+    policy: FailurePolicy,
+    /// The code its instance runs (a new upload of the plugin restarts it).
+    digest: Option<String>,
     runner: Option<Arc<Mutex<Plugin>>>,
     status: String,
 }
@@ -149,11 +156,24 @@ pub struct AttachmentSummary {
     pub status: String,
 }
 
+/// An upload, validated and stored by digest (not registered yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredUpload {
+    pub digest: String,
+    pub hook: &'static str,
+    pub size_bytes: u64,
+}
+
 #[derive(Default)]
 struct State {
     plugins: BTreeMap<String, Stored>,
     /// Topic → its interceptors, in attach order.
     attachments: BTreeMap<String, Vec<Attachment>>,
+    /// Registered plugins whose bytes this broker does not hold yet.
+    missing: BTreeMap<String, PluginEntry>,
+    /// Logs and counters of plugins by name: they outlive new code and a
+    /// fetch, as long as the name is registered.
+    logs: BTreeMap<String, (Arc<PluginLog>, Arc<PluginMetrics>)>,
 }
 
 /// See the module docs.
@@ -165,6 +185,11 @@ pub struct Plugins {
     dir: PathBuf,
     environment: Environment,
     state: Mutex<State>,
+    /// Compiled code by digest (uploads and fetches land here before the
+    /// metadata names them).
+    compiled: Mutex<BTreeMap<String, Arc<CompiledPlugin>>>,
+    /// One [`Plugins::follow`] at a time.
+    following: Mutex<()>,
 }
 
 impl std::fmt::Debug for Plugins {
@@ -177,7 +202,7 @@ fn storage(context: &str, error: impl std::fmt::Display) -> ApiError {
     ApiError::new(ErrorCode::StorageError, format!("{context}: {error}"))
 }
 
-fn hook_name(text: &str) -> Result<HookKind, ApiError> {
+pub(crate) fn hook_name(text: &str) -> Result<HookKind, ApiError> {
     HookKind::parse(text).ok_or_else(|| {
         ApiError::new(
             ErrorCode::InvalidRequest,
@@ -186,7 +211,7 @@ fn hook_name(text: &str) -> Result<HookKind, ApiError> {
     })
 }
 
-fn validate_name(name: &str) -> Result<(), ApiError> {
+pub(crate) fn validate_name(name: &str) -> Result<(), ApiError> {
     let valid = !name.is_empty()
         && name.len() <= NAME_BYTES_MAX
         && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
@@ -197,6 +222,12 @@ fn validate_name(name: &str) -> Result<(), ApiError> {
             format!("plugin name {name:?}: use 1 to {NAME_BYTES_MAX} of a-z A-Z 0-9 . _ -"),
         )),
     }
+}
+
+/// A sha256 digest as the registry names it: 64 lowercase hex digits (and so
+/// never a path).
+fn valid_digest(digest: &str) -> bool {
+    digest.len() == 64 && digest.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
 }
 
 fn plugin_failed(plugin: &str, error: &PluginError) -> ApiError {
@@ -214,54 +245,44 @@ pub(crate) fn read_whole(environment: &Environment, path: &Path) -> std::io::Res
 }
 
 impl Plugins {
-    /// Opens `dir` (created if missing): loads every stored plugin (from its
-    /// cached artifact when it is there) and restarts every attachment. An
-    /// attachment whose `init` now fails stays listed with that status.
+    /// Opens `dir` (created if missing). Nothing runs until [`Plugins::follow`]
+    /// is given the cluster metadata.
     pub fn open(dir: &Path, limits: HostLimits, environment: Environment) -> Result<Plugins, ApiError> {
         environment
             .storage
             .create_dir_all(dir)
             .map_err(|error| storage(&format!("create {}", dir.display()), error))?;
-        let registry: RegistryFile = match read_whole(&environment, &dir.join(REGISTRY_FILE)) {
-            Ok(Some(bytes)) => serde_json::from_slice(&bytes)
-                .map_err(|error| storage(&format!("read {}", dir.join(REGISTRY_FILE).display()), error))?,
-            Ok(None) => RegistryFile::default(),
-            Err(error) => return Err(storage("read the plugin registry", error)),
-        };
-        let plugins = Plugins {
+        Ok(Plugins {
             engine: std::sync::OnceLock::new(),
             limits,
             dir: dir.to_path_buf(),
             environment,
             state: Mutex::new(State::default()),
-        };
-        let mut state = State::default();
-        for record in registry.plugins {
-            let compiled = plugins.load(&record.digest)?;
-            let stored = Stored {
-                record,
-                compiled: Arc::new(compiled),
-                log: Arc::new(plugins.new_log()),
-                metrics: Arc::default(),
-            };
-            state.plugins.insert(stored.record.name.clone(), stored);
+            compiled: Mutex::default(),
+            following: Mutex::new(()),
+        })
+    }
+
+    /// The registry a broker kept before plugins moved into the cluster
+    /// metadata, when it is still there.
+    pub(crate) fn legacy_registry(&self) -> Result<Option<LegacyRegistry>, ApiError> {
+        let path = self.dir.join(REGISTRY_FILE);
+        match read_whole(&self.environment, &path) {
+            Ok(Some(bytes)) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|error| storage(&format!("read {}", path.display()), error)),
+            Ok(None) => Ok(None),
+            Err(error) => Err(storage("read the plugin registry", error)),
         }
-        for record in registry.attachments {
-            let attachment = match state.plugins.get(&record.plugin) {
-                Some(stored) => match start(stored, &record.config) {
-                    Ok(runner) => Attachment { record, runner: Some(runner), status: "running".to_owned() },
-                    Err(error) => {
-                        tracing::warn!(plugin = %record.plugin, topic = %record.topic, %error, "attachment not started");
-                        let status = format!("not running: {error}");
-                        Attachment { record, runner: None, status }
-                    }
-                },
-                None => Attachment { record, runner: None, status: "not running: plugin missing".to_owned() },
-            };
-            state.attachments.entry(attachment.record.topic.clone()).or_default().push(attachment);
-        }
-        *lock(&plugins.state) = state;
-        Ok(plugins)
+    }
+
+    /// Sets the legacy registry aside once the metadata holds it.
+    pub(crate) fn legacy_registry_upgraded(&self) -> Result<(), ApiError> {
+        let path = self.dir.join(REGISTRY_FILE);
+        let aside = self.dir.join(format!("{REGISTRY_FILE}.upgraded"));
+        let storage_error = |error| storage("set the plugin registry aside", error);
+        self.environment.storage.rename(&path, &aside).map_err(storage_error)?;
+        self.environment.storage.sync_dir(&self.dir).map_err(storage_error)
     }
 
     fn engine(&self) -> Result<&PluginEngine, ApiError> {
@@ -277,24 +298,44 @@ impl Plugins {
         PluginLog::new(self.limits.log_entries_max, self.limits.log_message_bytes_max)
     }
 
-    /// The compiled plugin of `digest`: the cached artifact, or a compile of the
-    /// stored bytes (then cached).
-    fn load(&self, digest: &str) -> Result<CompiledPlugin, ApiError> {
+    /// The compiled code of `digest`: in memory, the cached artifact, or a
+    /// compile of the stored bytes (then cached); `None` when this broker does
+    /// not hold the bytes.
+    fn load(&self, digest: &str) -> Result<Option<Arc<CompiledPlugin>>, ApiError> {
+        if let Some(compiled) = lock(&self.compiled).get(digest) {
+            return Ok(Some(compiled.clone()));
+        }
+        let wasm_path = self.dir.join(format!("{digest}.wasm"));
+        if !self.environment.storage.exists(&wasm_path) {
+            return Ok(None);
+        }
         let cache = self.dir.join(format!("{digest}.cwasm"));
+        let mut loaded = None;
         if let Ok(Some(bytes)) = read_whole(&self.environment, &cache) {
             // SAFETY: `.cwasm` files are written only by `cache` below, from
             // this engine's own serialization; a stale or foreign one fails to
             // load and is recompiled.
             match unsafe { self.engine()?.deserialize(&bytes, digest.to_owned()) } {
-                Ok(compiled) => return Ok(compiled),
+                Ok(compiled) => loaded = Some(compiled),
                 Err(error) => tracing::info!(%digest, %error, "recompiling a plugin"),
             }
         }
-        let wasm_path = self.dir.join(format!("{digest}.wasm"));
-        let wasm = self.read_wasm(&wasm_path)?;
-        let compiled = self.engine()?.compile(&wasm).map_err(|error| storage(&format!("compile {digest}"), error))?;
-        self.cache(&compiled);
-        Ok(compiled)
+        let compiled = match loaded {
+            Some(compiled) => compiled,
+            None => {
+                let wasm = self.read_wasm(&wasm_path)?;
+                let compiled =
+                    self.engine()?.compile(&wasm).map_err(|error| storage(&format!("compile {digest}"), error))?;
+                if compiled.digest() != digest {
+                    return Err(storage(&format!("{}", wasm_path.display()), "the bytes do not match their digest"));
+                }
+                self.cache(&compiled);
+                compiled
+            }
+        };
+        let compiled = Arc::new(compiled);
+        lock(&self.compiled).insert(digest.to_owned(), compiled.clone());
+        Ok(Some(compiled))
     }
 
     fn cache(&self, compiled: &CompiledPlugin) {
@@ -308,22 +349,10 @@ impl Plugins {
         }
     }
 
-    fn save(&self, state: &State) -> Result<(), ApiError> {
-        let registry = RegistryFile {
-            plugins: state.plugins.values().map(|stored| stored.record.clone()).collect(),
-            attachments: state.attachments.values().flatten().map(|attachment| attachment.record.clone()).collect(),
-        };
-        let bytes =
-            serde_json::to_vec_pretty(&registry).map_err(|error| storage("encode the plugin registry", error))?;
-        write_atomically(&self.environment, &self.dir.join(REGISTRY_FILE), &bytes)
-            .map_err(|error| storage("write the plugin registry", error))
-    }
-
-    /// Validates, stores and registers an upload (`hook` empty: whichever it
-    /// exports). Replacing a name restarts its attachments on the new code; if
-    /// one of them refuses its configuration, nothing changes.
-    pub fn upload(&self, name: &str, hook: &str, wasm: &[u8]) -> Result<PluginSummary, ApiError> {
-        validate_name(name)?;
+    /// Validates an upload (a component exporting one hook world; `hook`, when
+    /// not empty, the one it exports) and stores its bytes by digest. The name
+    /// is registered through the controller afterwards.
+    pub fn store(&self, hook: &str, wasm: &[u8]) -> Result<StoredUpload, ApiError> {
         let compiled =
             self.engine()?.compile(wasm).map_err(|error| ApiError::new(ErrorCode::InvalidPlugin, error.to_string()))?;
         if !hook.is_empty() {
@@ -334,6 +363,24 @@ impl Plugins {
                 return Err(ApiError::new(ErrorCode::InvalidPlugin, message));
             }
         }
+        self.keep(compiled, wasm)
+    }
+
+    /// Stores bytes fetched from another broker for `digest`, once they compile
+    /// to exactly that digest.
+    pub fn store_fetched(&self, digest: &str, wasm: &[u8]) -> Result<StoredUpload, ApiError> {
+        let compiled = self
+            .engine()?
+            .compile(wasm)
+            .map_err(|error| ApiError::new(ErrorCode::InvalidPlugin, format!("fetched plugin {digest}: {error}")))?;
+        if compiled.digest() != digest {
+            let message = format!("fetched bytes for plugin {digest} have digest {}", compiled.digest());
+            return Err(ApiError::new(ErrorCode::InvalidPlugin, message));
+        }
+        self.keep(compiled, wasm)
+    }
+
+    fn keep(&self, compiled: CompiledPlugin, wasm: &[u8]) -> Result<StoredUpload, ApiError> {
         let digest = compiled.digest().to_owned();
         let wasm_path = self.dir.join(format!("{digest}.wasm"));
         if !self.environment.storage.exists(&wasm_path) {
@@ -341,83 +388,128 @@ impl Plugins {
                 .map_err(|error| storage("store the plugin", error))?;
         }
         self.cache(&compiled);
-        let record = PluginRecord {
-            name: name.to_owned(),
-            digest,
-            hook: compiled.kind().name().to_owned(),
-            size_bytes: wasm.len() as u64,
-            uploaded_ms: self.environment.clock.now_ms(),
+        let stored =
+            StoredUpload { digest: digest.clone(), hook: compiled.kind().name(), size_bytes: wasm.len() as u64 };
+        lock(&self.compiled).insert(digest, Arc::new(compiled));
+        Ok(stored)
+    }
+
+    /// Starts an instance of the code of `digest` with each configuration, as
+    /// attaching it would: the first refusal, with its topic.
+    pub fn check_configs(&self, digest: &str, configs: &[(String, Vec<(String, String)>)]) -> Result<(), ApiError> {
+        let Some(compiled) = self.load(digest)? else {
+            let message = format!("plugin {digest} is not stored on this broker yet; retry shortly");
+            return Err(ApiError::new(ErrorCode::PluginFailed, message));
         };
-        let mut state = lock(&self.state);
-        let (log, metrics) = match state.plugins.get(name) {
-            Some(old) if old.compiled.kind() != compiled.kind() => {
-                let attached = state.attachments.values().flatten().any(|attachment| attachment.record.plugin == name);
-                if attached {
-                    let message =
-                        format!("{name:?} is attached as a {}; detach it to change its hook", old.record.hook);
-                    return Err(ApiError::new(ErrorCode::PluginInUse, message));
+        for (topic, config) in configs {
+            Plugin::start(compiled.clone(), config.clone(), Arc::new(self.new_log()), Arc::default())
+                .map_err(|error| ApiError::new(ErrorCode::InvalidConfig, format!("topic {topic:?}: {error}")))?;
+        }
+        Ok(())
+    }
+
+    /// Makes this broker's plugins and attachments match the cluster metadata:
+    /// loads what is registered (its bytes held here), starts the attachments
+    /// that are new or whose code or settings changed, stops what is gone.
+    /// Returns the registered plugins whose bytes this broker does not hold.
+    pub fn follow(
+        &self,
+        plugins: &BTreeMap<String, PluginEntry>,
+        attachments: &BTreeMap<String, Vec<AttachmentEntry>>,
+    ) -> Vec<PluginEntry> {
+        let _one_at_a_time = lock(&self.following);
+        let mut loaded = BTreeMap::new();
+        let mut missing = BTreeMap::new();
+        for (name, entry) in plugins {
+            match self.load(&entry.digest) {
+                Ok(Some(compiled)) => {
+                    loaded.insert(name.clone(), (entry.clone(), compiled));
                 }
-                (old.log.clone(), old.metrics.clone())
-            }
-            Some(old) => (old.log.clone(), old.metrics.clone()),
-            None => (Arc::new(self.new_log()), Arc::default()),
-        };
-        let stored = Stored { record, compiled: Arc::new(compiled), log, metrics };
-        // Restart attachments on the new code before committing to it.
-        let mut restarted = Vec::new();
-        for (topic, attachments) in &state.attachments {
-            for (position, attachment) in attachments.iter().enumerate() {
-                if attachment.record.plugin == name {
-                    let runner = start(&stored, &attachment.record.config).map_err(|error| {
-                        ApiError::new(ErrorCode::InvalidConfig, format!("topic {topic:?}: {error}"))
-                    })?;
-                    restarted.push((topic.clone(), position, runner));
+                Ok(None) => {
+                    missing.insert(name.clone(), entry.clone());
+                }
+                Err(error) => {
+                    tracing::error!(plugin = %name, %error, "a registered plugin does not load");
+                    missing.insert(name.clone(), entry.clone());
                 }
             }
         }
-        for (topic, position, runner) in restarted {
-            if let Some(attachment) = state.attachments.get_mut(&topic).and_then(|list| list.get_mut(position)) {
-                attachment.runner = Some(runner);
-                attachment.status = "running".to_owned();
-            }
-        }
-        stored
-            .log
-            .push("info", format!("host: uploaded {} ({} bytes)", stored.record.digest, stored.record.size_bytes));
-        state.plugins.insert(name.to_owned(), stored);
-        self.save(&state)?;
-        Ok(summary(&state, name).expect("just inserted"))
-    }
-
-    pub fn list(&self) -> Vec<PluginSummary> {
-        let state = lock(&self.state);
-        state.plugins.keys().filter_map(|name| summary(&state, name)).collect()
-    }
-
-    /// Removes a plugin that is attached nowhere.
-    pub fn delete(&self, name: &str) -> Result<(), ApiError> {
         let mut state = lock(&self.state);
-        let Some(stored) = state.plugins.get(name) else { return Err(not_found(name)) };
-        let topics: Vec<&str> = state
-            .attachments
+        state.logs.retain(|name, _| plugins.contains_key(name));
+        let mut next = State { missing, ..State::default() };
+        for (name, (entry, compiled)) in loaded {
+            let (log, metrics) =
+                state.logs.entry(name.clone()).or_insert_with(|| (Arc::new(self.new_log()), Arc::default())).clone();
+            let replaced = state.plugins.get(&name).is_none_or(|old| old.entry.digest != entry.digest);
+            if replaced {
+                let origin = entry.uploaded_by.map_or(String::new(), |broker| format!(" to broker {broker}"));
+                log.push("info", format!("host: uploaded {}{origin} ({} bytes)", entry.digest, entry.size_bytes));
+            }
+            next.plugins.insert(name, Stored { entry, compiled, log, metrics });
+        }
+        for (topic, entries) in attachments {
+            let mut running = state.attachments.remove(topic).unwrap_or_default();
+            let mut list = Vec::new();
+            for entry in entries {
+                let digest = plugins.get(&entry.plugin).map(|registered| registered.digest.clone());
+                let same =
+                    running.iter().position(|attachment| attachment.entry == *entry && attachment.digest == digest);
+                if let Some(position) = same.filter(|position| running[*position].runner.is_some()) {
+                    list.push(running.swap_remove(position));
+                    continue;
+                }
+                let policy = FailurePolicy::parse(&entry.policy).unwrap_or(FailurePolicy::FailClosed);
+                let (runner, status) = match next.plugins.get(&entry.plugin) {
+                    Some(stored) => match start(stored, &entry.config) {
+                        Ok(runner) => (Some(runner), "running".to_owned()),
+                        Err(error) => {
+                            tracing::warn!(plugin = %entry.plugin, topic, %error, "attachment not started");
+                            (None, format!("not running: {error}"))
+                        }
+                    },
+                    None => (None, "not running: the plugin's bytes are not on this broker yet".to_owned()),
+                };
+                list.push(Attachment { entry: entry.clone(), policy, digest, runner, status });
+            }
+            next.attachments.insert(topic.clone(), list);
+        }
+        next.logs = std::mem::take(&mut state.logs);
+        let gone: Vec<String> = state
+            .plugins
             .values()
-            .flatten()
-            .filter(|attachment| attachment.record.plugin == name)
-            .map(|attachment| attachment.record.topic.as_str())
+            .map(|stored| stored.entry.digest.clone())
+            .filter(|digest| !plugins.values().any(|entry| entry.digest == *digest))
             .collect();
-        if !topics.is_empty() {
-            let message = format!("plugin {name:?} is attached to {topics:?}; detach it first");
-            return Err(ApiError::new(ErrorCode::PluginInUse, message));
-        }
-        let digest = stored.record.digest.clone();
-        state.plugins.remove(name);
-        self.save(&state)?;
-        if !state.plugins.values().any(|stored| stored.record.digest == digest) {
+        *state = next;
+        let missing: Vec<PluginEntry> = state.missing.values().cloned().collect();
+        drop(state);
+        // Code no plugin runs any more: its bytes and artifact go.
+        for digest in gone {
+            lock(&self.compiled).remove(&digest);
             for extension in ["wasm", "cwasm"] {
                 let _ = self.environment.storage.remove_file(&self.dir.join(format!("{digest}.{extension}")));
             }
         }
-        Ok(())
+        missing
+    }
+
+    /// Every registered plugin, those whose bytes are still being fetched
+    /// included.
+    pub fn list(&self) -> Vec<PluginSummary> {
+        let state = lock(&self.state);
+        let mut names: Vec<&String> = state.plugins.keys().chain(state.missing.keys()).collect();
+        names.sort();
+        names.into_iter().filter_map(|name| summary(&state, name)).collect()
+    }
+
+    /// A registered plugin as `listPlugins` reports it.
+    pub fn summary(&self, name: &str) -> Option<PluginSummary> {
+        summary(&lock(&self.state), name)
+    }
+
+    /// Whether plugin `name` is registered but its bytes are not here yet.
+    pub fn is_missing(&self, name: &str) -> bool {
+        lock(&self.state).missing.contains_key(name)
     }
 
     /// A new instance of transform plugin `name`, `init`ed with `config`.
@@ -425,7 +517,7 @@ impl Plugins {
         let state = lock(&self.state);
         let Some(stored) = state.plugins.get(name) else { return Err(not_found(name)) };
         if stored.compiled.kind() != HookKind::Transform {
-            let message = format!("plugin {name:?} is a {}, not a transform", stored.record.hook);
+            let message = format!("plugin {name:?} is a {}, not a transform", stored.entry.hook);
             return Err(ApiError::new(ErrorCode::InvalidPlugin, message));
         }
         Plugin::start(stored.compiled.clone(), config, stored.log.clone(), stored.metrics.clone())
@@ -434,82 +526,7 @@ impl Plugins {
 
     pub fn logs(&self, name: &str) -> Result<Vec<LogEntry>, ApiError> {
         let state = lock(&self.state);
-        state.plugins.get(name).map(|stored| stored.log.entries()).ok_or_else(|| not_found(name))
-    }
-
-    /// Attaches an interceptor to `topic` (which the caller checked exists).
-    pub fn attach(
-        &self,
-        topic: &str,
-        hook: &str,
-        plugin: &str,
-        config: Vec<(String, String)>,
-        policy: FailurePolicy,
-    ) -> Result<(), ApiError> {
-        let hook = hook_name(hook)?;
-        if hook == HookKind::Transform {
-            let message = "a transform is deployed (weir transform deploy), not attached to a topic";
-            return Err(ApiError::new(ErrorCode::InvalidRequest, message));
-        }
-        let mut state = lock(&self.state);
-        if hook == HookKind::Partitioner {
-            // One partitioner per topic: setting one replaces the previous.
-            if let Some(list) = state.attachments.get_mut(topic) {
-                list.retain(|attachment| attachment.record.hook != HookKind::Partitioner.name());
-            }
-        }
-        let Some(stored) = state.plugins.get(plugin) else { return Err(not_found(plugin)) };
-        if stored.compiled.kind() != hook {
-            let message = format!("plugin {plugin:?} is a {}, not a {}", stored.record.hook, hook.name());
-            return Err(ApiError::new(ErrorCode::InvalidPlugin, message));
-        }
-        let attached = state.attachments.get(topic).is_some_and(|list| {
-            list.iter().any(|attachment| attachment.record.plugin == plugin && attachment.record.hook == hook.name())
-        });
-        if attached {
-            let message = format!("plugin {plugin:?} is already attached to {topic:?} as a {}", hook.name());
-            return Err(ApiError::new(ErrorCode::InvalidRequest, message));
-        }
-        let runner =
-            start(stored, &config).map_err(|error| ApiError::new(ErrorCode::InvalidConfig, error.to_string()))?;
-        let record = AttachmentRecord {
-            topic: topic.to_owned(),
-            hook: hook.name().to_owned(),
-            plugin: plugin.to_owned(),
-            config,
-            policy,
-        };
-        state.attachments.entry(topic.to_owned()).or_default().push(Attachment {
-            record,
-            runner: Some(runner),
-            status: "running".to_owned(),
-        });
-        self.save(&state)
-    }
-
-    pub fn detach(&self, topic: &str, hook: &str, plugin: &str) -> Result<(), ApiError> {
-        let hook = hook_name(hook)?;
-        let mut state = lock(&self.state);
-        let list = state.attachments.entry(topic.to_owned()).or_default();
-        let before = list.len();
-        list.retain(|attachment| !(attachment.record.plugin == plugin && attachment.record.hook == hook.name()));
-        if list.len() == before {
-            let message = format!("plugin {plugin:?} is not attached to {topic:?} as a {}", hook.name());
-            return Err(ApiError::new(ErrorCode::PluginNotFound, message));
-        }
-        if list.is_empty() {
-            state.attachments.remove(topic);
-        }
-        self.save(&state)
-    }
-
-    /// Drops the attachments of a deleted topic.
-    pub fn topic_deleted(&self, topic: &str) -> Result<(), ApiError> {
-        let mut state = lock(&self.state);
-        if state.attachments.remove(topic).is_some() {
-            self.save(&state)?;
-        }
-        Ok(())
+        state.logs.get(name).map(|(log, _)| log.entries()).ok_or_else(|| not_found(name))
     }
 
     /// Attachments of `topic`, or of every topic.
@@ -521,11 +538,11 @@ impl Plugins {
             .filter(|(name, _)| topic.is_none_or(|topic| topic == name.as_str()))
             .flat_map(|(_, list)| list.iter())
             .map(|attachment| AttachmentSummary {
-                topic: attachment.record.topic.clone(),
-                hook: HookKind::parse(&attachment.record.hook).map_or("unknown", HookKind::name),
-                plugin: attachment.record.plugin.clone(),
-                config: attachment.record.config.clone(),
-                policy: attachment.record.policy,
+                topic: attachment.entry.topic.clone(),
+                hook: HookKind::parse(&attachment.entry.hook).map_or("unknown", HookKind::name),
+                plugin: attachment.entry.plugin.clone(),
+                config: attachment.entry.config.clone(),
+                policy: attachment.policy,
                 status: attachment.status.clone(),
             })
             .collect()
@@ -538,12 +555,11 @@ impl Plugins {
             .attachments
             .get(topic)?
             .iter()
-            .find(|attachment| attachment.record.hook == HookKind::Partitioner.name())?;
-        let stored = state.plugins.get(&attachment.record.plugin)?;
+            .find(|attachment| attachment.entry.hook == HookKind::Partitioner.name())?;
         Some(PartitionerSetting {
-            plugin: attachment.record.plugin.clone(),
-            digest: stored.record.digest.clone(),
-            config: attachment.record.config.clone(),
+            plugin: attachment.entry.plugin.clone(),
+            digest: attachment.digest.clone()?,
+            config: attachment.entry.config.clone(),
         })
     }
 
@@ -559,10 +575,10 @@ impl Plugins {
         let runner = {
             let state = lock(&self.state);
             let Some(list) = state.attachments.get(topic) else { return Ok(None) };
-            let partitioner = list.iter().find(|attachment| attachment.record.hook == HookKind::Partitioner.name());
+            let partitioner = list.iter().find(|attachment| attachment.entry.hook == HookKind::Partitioner.name());
             match partitioner {
                 None => return Ok(None),
-                Some(attachment) => (attachment.record.plugin.clone(), attachment.runner.clone()),
+                Some(attachment) => (attachment.entry.plugin.clone(), attachment.runner.clone()),
             }
         };
         let (plugin, Some(runner)) = runner else {
@@ -576,13 +592,14 @@ impl Plugins {
         Ok(chosen.into_iter().next().flatten())
     }
 
-    /// The uploaded bytes of a registered plugin, by digest.
+    /// The uploaded bytes of a plugin by digest: for clients running a
+    /// partitioner, and for brokers fetching a plugin they lack.
     pub fn wasm(&self, digest: &str) -> Result<Vec<u8>, ApiError> {
-        let known = lock(&self.state).plugins.values().any(|stored| stored.record.digest == digest);
-        if !known {
+        let path = self.dir.join(format!("{digest}.wasm"));
+        if !valid_digest(digest) || !self.environment.storage.exists(&path) {
             return Err(ApiError::new(ErrorCode::PluginNotFound, format!("no plugin with digest {digest:?}")));
         }
-        self.read_wasm(&self.dir.join(format!("{digest}.wasm")))
+        self.read_wasm(&path)
     }
 
     fn read_wasm(&self, path: &Path) -> Result<Vec<u8>, ApiError> {
@@ -598,8 +615,8 @@ impl Plugins {
         let state = lock(&self.state);
         let Some(list) = state.attachments.get(topic) else { return Vec::new() };
         list.iter()
-            .filter(|attachment| attachment.record.hook == hook.name())
-            .map(|attachment| (attachment.record.plugin.clone(), attachment.record.policy, attachment.runner.clone()))
+            .filter(|attachment| attachment.entry.hook == hook.name())
+            .map(|attachment| (attachment.entry.plugin.clone(), attachment.policy, attachment.runner.clone()))
             .collect()
     }
 
@@ -668,7 +685,7 @@ impl Plugins {
     pub fn intercepts_fetches(&self, topic: &str) -> bool {
         let state = lock(&self.state);
         state.attachments.get(topic).is_some_and(|list| {
-            list.iter().any(|attachment| attachment.record.hook == HookKind::ConsumeInterceptor.name())
+            list.iter().any(|attachment| attachment.entry.hook == HookKind::ConsumeInterceptor.name())
         })
     }
 
@@ -757,22 +774,27 @@ fn start(stored: &Stored, config: &[(String, String)]) -> Result<Arc<Mutex<Plugi
 
 fn summary(state: &State, name: &str) -> Option<PluginSummary> {
     use std::sync::atomic::Ordering::Relaxed;
-    let stored = state.plugins.get(name)?;
-    let metrics = &stored.metrics;
+    let (entry, hook, metrics) = match (state.plugins.get(name), state.missing.get(name)) {
+        (Some(stored), _) => (&stored.entry, stored.compiled.kind().name(), stored.metrics.clone()),
+        (None, Some(entry)) => {
+            (entry, HookKind::parse(&entry.hook).map_or("unknown", HookKind::name), Arc::<PluginMetrics>::default())
+        }
+        (None, None) => return None,
+    };
     let mut attached_to: Vec<String> = state
         .attachments
         .values()
         .flatten()
-        .filter(|attachment| attachment.record.plugin == name)
-        .map(|attachment| attachment.record.topic.clone())
+        .filter(|attachment| attachment.entry.plugin == name)
+        .map(|attachment| attachment.entry.topic.clone())
         .collect();
     attached_to.dedup();
     Some(PluginSummary {
         name: name.to_owned(),
-        hook: stored.compiled.kind().name(),
-        digest: stored.record.digest.clone(),
-        size_bytes: stored.record.size_bytes,
-        uploaded_ms: stored.record.uploaded_ms,
+        hook,
+        digest: entry.digest.clone(),
+        size_bytes: entry.size_bytes,
+        uploaded_ms: entry.uploaded_ms,
         calls: metrics.calls.load(Relaxed),
         errors: metrics.errors.load(Relaxed),
         traps: metrics.traps.load(Relaxed),

@@ -550,6 +550,22 @@ impl broker::Server for BrokerService {
         results: broker::ControllerCallResults,
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
+        let kind = params.get()?.get_kind()?.to_str().unwrap_or_default().to_owned();
+        if kind == crate::controller::network::RaftCallKind::FetchPlugin.name() {
+            // Another broker lacks a registered plugin: its bytes, by digest.
+            let digest = String::from_utf8_lossy(params.get()?.get_payload()?).into_owned();
+            drop(params);
+            let node = self.node.clone();
+            let mut results = results;
+            match off_thread(move || node.plugins().wasm(&digest)).await {
+                Ok(wasm) => {
+                    self.gate.connection.answered(wasm.len());
+                    results.get().set_payload(&wasm);
+                }
+                Err(api_error) => set_error(results.get().init_error(), &api_error),
+            }
+            return Ok(());
+        }
         let answered = answer_controller_call(self.node.controller(), params, results).await?;
         self.gate.connection.answered(answered);
         Ok(())
@@ -788,9 +804,9 @@ impl admin::Server for AdminService {
             (text(reader.get_name()?)?, text(reader.get_hook()?)?, reader.get_wasm()?.to_vec())
         };
         drop(params);
-        let node = self.node.clone();
-        // Compiling takes tens to hundreds of milliseconds: not on this thread.
-        match off_thread(move || node.plugins().upload(&name, &hook, &wasm)).await {
+        // Compiling takes tens to hundreds of milliseconds: `upload_plugin` does
+        // it off this thread.
+        match self.node.upload_plugin(&name, &hook, wasm).await {
             Ok(plugin) => set_plugin_summary(results.get().init_plugin(), &plugin),
             Err(api_error) => set_error(results.get().init_error(), &api_error),
         }
@@ -818,8 +834,7 @@ impl admin::Server for AdminService {
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
         let name = text(params.get()?.get_name()?)?;
-        let node = self.node.clone();
-        if let Err(api_error) = off_thread(move || node.delete_plugin(&name)).await {
+        if let Err(api_error) = self.node.delete_plugin(&name).await {
             set_error(results.get().init_error(), &api_error);
         }
         Ok(())
@@ -863,8 +878,7 @@ impl admin::Server for AdminService {
                 text(reader.get_failure_policy()?)?,
             )
         };
-        let node = self.node.clone();
-        if let Err(api_error) = off_thread(move || node.attach_plugin(&topic, &hook, &plugin, config, &policy)).await {
+        if let Err(api_error) = self.node.attach_plugin(&topic, &hook, &plugin, config, &policy).await {
             set_error(results.get().init_error(), &api_error);
         }
         Ok(())
@@ -880,8 +894,7 @@ impl admin::Server for AdminService {
             let reader = params.get()?;
             (text(reader.get_topic()?)?, text(reader.get_hook()?)?, text(reader.get_plugin()?)?)
         };
-        let node = self.node.clone();
-        if let Err(api_error) = off_thread(move || node.plugins().detach(&topic, &hook, &plugin)).await {
+        if let Err(api_error) = self.node.detach_plugin(&topic, &hook, &plugin).await {
             set_error(results.get().init_error(), &api_error);
         }
         Ok(())

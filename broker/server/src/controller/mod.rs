@@ -417,6 +417,18 @@ impl Controller {
             .map_err(|error| SubmitError::Failed(error.to_string()))
     }
 
+    /// Sends one call to broker `target` at `address` over the brokers'
+    /// transport (a call the broker answers, not its controller).
+    pub async fn call_broker(
+        &self,
+        target: NodeId,
+        address: &str,
+        kind: RaftCallKind,
+        payload: Vec<u8>,
+    ) -> Result<Vec<u8>, network::TransportError> {
+        self.transport.call(target, address, kind, payload).await
+    }
+
     /// [`Controller::request`], retried while no controller is active or
     /// reachable (an election, a restart), until `timeout`.
     pub async fn request_until(

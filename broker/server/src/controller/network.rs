@@ -42,6 +42,9 @@ pub enum RaftCallKind {
     /// A broker that is not a voter asks the active controller to replicate the
     /// metadata log to it (as a Raft learner).
     AddLearner,
+    /// The bytes of a plugin, by digest (served by the broker, not its
+    /// controller: a broker that lacks a registered plugin fetches it).
+    FetchPlugin,
 }
 
 impl RaftCallKind {
@@ -53,6 +56,7 @@ impl RaftCallKind {
             RaftCallKind::ControllerRequest => "controller-request",
             RaftCallKind::BrokerHeartbeat => "broker-heartbeat",
             RaftCallKind::AddLearner => "add-learner",
+            RaftCallKind::FetchPlugin => "fetch-plugin",
         }
     }
 
@@ -64,6 +68,7 @@ impl RaftCallKind {
             RaftCallKind::ControllerRequest,
             RaftCallKind::BrokerHeartbeat,
             RaftCallKind::AddLearner,
+            RaftCallKind::FetchPlugin,
         ];
         kinds.into_iter().find(|kind| kind.name() == name)
     }
@@ -212,6 +217,7 @@ impl Controller {
                 let learner: super::learners::Learner = serde_json::from_slice(request).map_err(bad)?;
                 answer(&self.add_learner(&learner).await)
             }
+            RaftCallKind::FetchPlugin => Err("this broker is starting; it serves plugins once open".to_owned()),
         }
     }
 }

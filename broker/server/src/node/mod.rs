@@ -39,7 +39,7 @@ use broker_core::producer_state::{ProducerBatch, ProducerStates, SequenceCheck};
 
 use crate::config::{BrokerConfig, Limits};
 use crate::controller::membership::BrokerHeartbeat;
-use crate::controller::network::RaftTransport;
+use crate::controller::network::{RaftCallKind, RaftTransport};
 use crate::controller::{Controller, ControllerStartError, NodeId, RaftTiming, SubmitError};
 use crate::data_dir_lock::{DataDirLock, DataDirLockError};
 use crate::environment::Environment;
@@ -48,10 +48,11 @@ use crate::groups::{GroupCoordinators, CONSUMER_OFFSETS_PARTITIONS, CONSUMER_OFF
 use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, LogDirConfig, PartitionDirFate};
 use crate::metadata_store::MetadataError;
 use crate::partition::{lock, Partition};
-use crate::plugins::{FailurePolicy, Plugins};
+use crate::plugins::{hook_name, validate_name, FailurePolicy, PluginSummary, Plugins};
 use crate::transforms::{TransformHost, TransformSpec, TransformStatus, Transforms};
 use broker_core::cluster::{
-    BrokerRegistration, ControllerError, ControllerRequest, ControllerResponse, IsrChoice, TopicImage,
+    AttachmentEntry, BrokerRegistration, ControllerError, ControllerRequest, ControllerResponse, IsrChoice,
+    PluginEntry, TopicImage,
 };
 use broker_core::group::assignor::TopicPartition as GroupPartition;
 use broker_core::group::coordinator::{
@@ -180,7 +181,7 @@ pub struct Node {
     producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// The consumer groups of the `__consumer_offsets` partitions led here.
     groups: GroupCoordinators,
-    plugins: Plugins,
+    plugins: Arc<Plugins>,
     transforms: Transforms,
     /// Picks the partition of keyless records in `partition = -1` produces.
     round_robin: std::sync::atomic::AtomicU64,
@@ -286,8 +287,10 @@ impl Node {
             reconciling: Mutex::new(()),
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             groups: GroupCoordinators::new(CoordinatorConfig::default(), environment.clock.clone()),
-            plugins: Plugins::open(&config.data_dir.join("plugins"), config.plugin_limits(), environment.clone())
-                .map_err(|error| NodeError::Plugins(error.message))?,
+            plugins: Arc::new(
+                Plugins::open(&config.data_dir.join("plugins"), config.plugin_limits(), environment.clone())
+                    .map_err(|error| NodeError::Plugins(error.message))?,
+            ),
             transforms: Transforms::open(&config.data_dir.join("plugins").join("transforms"), environment.clone())
                 .map_err(|error| NodeError::Plugins(error.message))?,
             round_robin: std::sync::atomic::AtomicU64::new(0),
@@ -302,6 +305,8 @@ impl Node {
         // broker (and every other topic) from starting.
         node.reconcile_logged();
         legacy.finish(&node)?;
+        node.upgrade_plugin_registry().await?;
+        node.follow_plugins().await;
         // Partitions open: now this broker may lead, and the cluster's internal
         // topics can be placed over the brokers that may.
         node.unfence().await?;

@@ -6,19 +6,58 @@
 use super::*;
 
 impl Node {
-    /// The plugin registry and the running plugins: uploads, listings, logs,
-    /// plugin bytes, detaching.
+    /// The plugins this broker runs, as the cluster metadata says: listings,
+    /// logs, plugin bytes, the interceptor calls.
     pub fn plugins(&self) -> &Plugins {
         &self.plugins
     }
 
-    pub fn delete_plugin(&self, name: &str) -> Result<(), ApiError> {
+    /// Uploads a plugin: validated and stored on this broker by digest, then
+    /// registered through the controller; every broker then runs it, fetching
+    /// the bytes from this one. New code under an attached name must accept
+    /// every attachment's configuration, or nothing changes.
+    pub async fn upload_plugin(&self, name: &str, hook: &str, wasm: Vec<u8>) -> Result<PluginSummary, ApiError> {
+        validate_name(name)?;
+        let plugins = self.plugins.clone();
+        let hook = hook.to_owned();
+        let stored = blocking(move || plugins.store(&hook, &wasm)).await?;
+        let (attached, registered_hook) = self.controller.read(|image| {
+            let attached: Vec<(String, Vec<(String, String)>)> = image
+                .attached_to(name)
+                .map(|attachment| (attachment.topic.clone(), attachment.config.clone()))
+                .collect();
+            (attached, image.plugins.get(name).map(|plugin| plugin.hook.clone()))
+        });
+        if !attached.is_empty() && registered_hook.as_deref() == Some(stored.hook) {
+            let plugins = self.plugins.clone();
+            let digest = stored.digest.clone();
+            blocking(move || plugins.check_configs(&digest, &attached)).await?;
+        }
+        let entry = PluginEntry {
+            name: name.to_owned(),
+            hook: stored.hook.to_owned(),
+            digest: stored.digest,
+            size_bytes: stored.size_bytes,
+            uploaded_ms: self.clock.now_ms(),
+            uploaded_by: Some(self.broker.id),
+        };
+        self.request(&ControllerRequest::RegisterPlugin(entry)).await?;
+        self.follow_plugins().await;
+        self.plugins.summary(name).ok_or_else(|| {
+            ApiError::new(ErrorCode::UnknownServerError, format!("plugin {name:?} was registered but is not loaded"))
+        })
+    }
+
+    /// Removes a plugin attached nowhere and run by no transform.
+    pub async fn delete_plugin(&self, name: &str) -> Result<(), ApiError> {
         let users = self.transforms.uses_plugin(name);
         if !users.is_empty() {
             let message = format!("plugin {name:?} runs in transform(s) {users:?}; delete them first");
             return Err(ApiError::new(ErrorCode::PluginInUse, message));
         }
-        self.plugins.delete(name)
+        self.request(&ControllerRequest::RemovePlugin { name: name.to_owned() }).await?;
+        self.follow_plugins().await;
+        Ok(())
     }
 
     /// Partitions of a topic.
@@ -65,8 +104,10 @@ impl Node {
         self.transforms.start_all(self, runtime);
     }
 
-    /// Attaches an interceptor to an existing, non-internal topic.
-    pub fn attach_plugin(
+    /// Attaches an interceptor (or sets the partitioner) of an existing,
+    /// non-internal topic, on every broker. `init(config)` runs here first, so a
+    /// refused configuration fails the request.
+    pub async fn attach_plugin(
         &self,
         topic: &str,
         hook: &str,
@@ -77,9 +118,161 @@ impl Node {
         if is_internal(topic) {
             return Err(ApiError::new(ErrorCode::InvalidTopic, format!("{topic:?} is an internal topic")));
         }
-        self.refuse_in_a_cluster("plugin attachments")?;
+        let hook = hook_name(hook)?;
+        if hook == plugin_host::HookKind::Transform {
+            let message = "a transform is deployed (weir transform deploy), not attached to a topic";
+            return Err(ApiError::new(ErrorCode::InvalidRequest, message));
+        }
+        let policy = FailurePolicy::parse(policy)?;
         self.topic(topic)?;
-        self.plugins.attach(topic, hook, plugin, config, FailurePolicy::parse(policy)?)
+        let registered = self.controller.read(|image| image.plugins.get(plugin).cloned());
+        if let Some(registered) = registered.filter(|registered| registered.hook == hook.name()) {
+            // Registered a moment ago through another broker: fetch it now.
+            self.follow_plugins().await;
+            let plugins = self.plugins.clone();
+            let configs = vec![(topic.to_owned(), config.clone())];
+            blocking(move || plugins.check_configs(&registered.digest, &configs)).await?;
+        }
+        let entry = AttachmentEntry {
+            topic: topic.to_owned(),
+            hook: hook.name().to_owned(),
+            plugin: plugin.to_owned(),
+            config,
+            policy: policy.name().to_owned(),
+        };
+        self.request(&ControllerRequest::AttachPlugin(entry)).await?;
+        self.follow_plugins().await;
+        Ok(())
+    }
+
+    /// Detaches an interceptor or partitioner from a topic, on every broker.
+    pub async fn detach_plugin(&self, topic: &str, hook: &str, plugin: &str) -> Result<(), ApiError> {
+        let hook = hook_name(hook)?.name().to_owned();
+        let request = ControllerRequest::DetachPlugin { topic: topic.to_owned(), hook, plugin: plugin.to_owned() };
+        self.request(&request).await?;
+        self.follow_plugins().await;
+        Ok(())
+    }
+
+    /// Makes the plugins this broker runs match the applied metadata (see
+    /// `Plugins::follow`), then fetches the bytes of registered plugins it
+    /// lacks from other brokers (the uploading one first), verified by digest.
+    /// Returns whether some are still missing.
+    pub(super) async fn follow_plugins(&self) -> bool {
+        let (registered, attachments) =
+            self.controller.read(|image| (image.plugins.clone(), image.attachments.clone()));
+        let plugins = self.plugins.clone();
+        let (registered_again, attachments_again) = (registered.clone(), attachments.clone());
+        let missing = blocking(move || Ok(plugins.follow(&registered_again, &attachments_again))).await;
+        let missing = missing.unwrap_or_default();
+        if missing.is_empty() {
+            return false;
+        }
+        let mut fetched_any = false;
+        for entry in &missing {
+            fetched_any |= self.fetch_plugin(entry).await;
+        }
+        if !fetched_any {
+            return true;
+        }
+        let plugins = self.plugins.clone();
+        let still = blocking(move || Ok(plugins.follow(&registered, &attachments))).await.unwrap_or_default();
+        !still.is_empty()
+    }
+
+    /// Fetches and stores the bytes of `entry` from another broker.
+    async fn fetch_plugin(&self, entry: &PluginEntry) -> bool {
+        let mut sources: Vec<(i32, String)> = self.controller.read(|image| {
+            image
+                .brokers
+                .values()
+                .filter(|broker| broker.registration.broker_id != self.broker.id)
+                .map(|broker| {
+                    let registration = &broker.registration;
+                    (registration.broker_id, format!("{}:{}", registration.host, registration.port))
+                })
+                .collect()
+        });
+        // The uploading broker first.
+        sources.sort_by_key(|(broker_id, _)| Some(*broker_id) != entry.uploaded_by);
+        for (broker_id, address) in sources {
+            let call = self.controller.call_broker(
+                broker_id as u64,
+                &address,
+                RaftCallKind::FetchPlugin,
+                entry.digest.clone().into_bytes(),
+            );
+            let bytes = match call.await {
+                Ok(bytes) => bytes,
+                Err(error) => {
+                    tracing::debug!(plugin = %entry.name, broker_id, %error, "plugin bytes not fetched");
+                    continue;
+                }
+            };
+            let plugins = self.plugins.clone();
+            let digest = entry.digest.clone();
+            match blocking(move || plugins.store_fetched(&digest, &bytes)).await {
+                Ok(_) => {
+                    tracing::info!(plugin = %entry.name, digest = %entry.digest, from = broker_id, "plugin fetched");
+                    return true;
+                }
+                Err(error) => tracing::warn!(plugin = %entry.name, broker_id, %error, "fetched plugin refused"),
+            }
+        }
+        tracing::warn!(plugin = %entry.name, digest = %entry.digest, "no broker could send this plugin's bytes yet");
+        false
+    }
+
+    /// Moves a registry kept by this broker before plugins joined the cluster
+    /// metadata (`plugins/registry.json`) into it: every plugin whose bytes are
+    /// here and every attachment the metadata does not have yet; then the file
+    /// is set aside (`registry.json.upgraded`).
+    pub(super) async fn upgrade_plugin_registry(&self) -> Result<(), NodeError> {
+        let legacy = self.plugins.legacy_registry().map_err(|error| NodeError::Plugins(error.message))?;
+        let Some(legacy) = legacy else { return Ok(()) };
+        for plugin in legacy.plugins {
+            if self.controller.read(|image| image.plugins.contains_key(&plugin.name)) {
+                continue;
+            }
+            if self.plugins.wasm(&plugin.digest).is_err() {
+                tracing::warn!(plugin = %plugin.name, digest = %plugin.digest, "plugin bytes missing; not registered");
+                continue;
+            }
+            let entry = PluginEntry {
+                name: plugin.name.clone(),
+                hook: plugin.hook,
+                digest: plugin.digest,
+                size_bytes: plugin.size_bytes,
+                uploaded_ms: plugin.uploaded_ms,
+                uploaded_by: Some(self.broker.id),
+            };
+            if let Err(error) = self.request(&ControllerRequest::RegisterPlugin(entry)).await {
+                tracing::warn!(plugin = %plugin.name, %error, "plugin not moved into the cluster metadata");
+            }
+        }
+        for attachment in legacy.attachments {
+            let known = self.controller.read(|image| {
+                image
+                    .attached_to(&attachment.plugin)
+                    .any(|known| known.topic == attachment.topic && known.hook == attachment.hook)
+            });
+            if known {
+                continue;
+            }
+            let entry = AttachmentEntry {
+                topic: attachment.topic.clone(),
+                hook: attachment.hook,
+                plugin: attachment.plugin.clone(),
+                config: attachment.config,
+                policy: attachment.policy.name().to_owned(),
+            };
+            if let Err(error) = self.request(&ControllerRequest::AttachPlugin(entry)).await {
+                tracing::warn!(plugin = %attachment.plugin, topic = %attachment.topic, %error, "attachment not moved");
+            }
+        }
+        self.plugins.legacy_registry_upgraded().map_err(|error| NodeError::Plugins(error.message))?;
+        tracing::info!("plugin registry moved into the cluster metadata (registry.json.upgraded)");
+        Ok(())
     }
 
     /// Runs consume interceptors over fetched answers (`buffers[i]` holds
@@ -110,10 +303,9 @@ impl Node {
 }
 
 impl Node {
-    /// Plugins and transforms are still kept by each broker: in a cluster an
-    /// interceptor attached on one broker would not run on the others (a policy
-    /// bypassed), and a transform would read partitions led elsewhere. Refused
-    /// until they move into the cluster metadata.
+    /// Transforms are still kept by each broker: in a cluster a transform would
+    /// read partitions led elsewhere. Refused until they move into the cluster
+    /// metadata.
     fn refuse_in_a_cluster(&self, what: &str) -> Result<(), ApiError> {
         let brokers = self.controller.voters().len() + self.controller.learners().len();
         if brokers <= 1 {
@@ -167,4 +359,14 @@ impl TransformHost for Node {
     async fn produce(&self, request: ProduceRequest) -> Result<Produced, ApiError> {
         Node::produce(self, request).await
     }
+}
+
+/// Runs blocking plugin work (compiling, instantiating, file IO) off the
+/// runtime's workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|error| {
+        Err(ApiError::new(ErrorCode::UnknownServerError, format!("plugin task failed: {error}")))
+    })
 }

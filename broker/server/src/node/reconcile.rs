@@ -19,6 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 
+/// How often a broker retries fetching a registered plugin it lacks.
+const PLUGIN_FETCH_RETRY: Duration = Duration::from_secs(1);
+
 /// File inside each partition directory.
 pub(super) const PARTITION_METADATA_FILE: &str = "partition.metadata";
 pub(super) const PARTITION_METADATA_VERSION: u32 = 1;
@@ -122,12 +125,26 @@ impl Node {
 
     /// Reconciles whenever the applied image moves (changes made on other
     /// brokers, leadership moved by the controller); runs until aborted.
+    /// Plugins follow too; while a registered plugin's bytes are missing here,
+    /// fetching them is retried every second.
     pub async fn follow_metadata(self: Arc<Self>) {
         let mut applied_index = self.controller.applied().applied_index.clone();
-        while applied_index.changed().await.is_ok() {
-            if let Err(error) = self.reconcile_off_thread().await {
-                tracing::error!(%error, "local partitions do not follow the cluster metadata");
+        let mut plugins_missing = self.follow_plugins().await;
+        loop {
+            let wait = match plugins_missing {
+                true => PLUGIN_FETCH_RETRY,
+                false => Duration::MAX,
+            };
+            match tokio::time::timeout(wait, applied_index.changed()).await {
+                Ok(Err(_)) => return,
+                Ok(Ok(())) => {
+                    if let Err(error) = self.reconcile_off_thread().await {
+                        tracing::error!(%error, "local partitions do not follow the cluster metadata");
+                    }
+                }
+                Err(_) => {}
             }
+            plugins_missing = self.follow_plugins().await;
         }
     }
 
@@ -157,7 +174,7 @@ impl Node {
         let current = self.topics().clone();
         for (name, topic) in &current {
             if wanted.get(name).map(|wanted| wanted.topic_id) != Some(topic.topic_id) {
-                note(name, self.remove_topic(log_dir, name, topic, wanted.contains_key(name)));
+                note(name, self.remove_topic(log_dir, name, topic));
             }
         }
         let offline: HashMap<String, String> = log_dir.offline().into_iter().collect();
@@ -182,15 +199,12 @@ impl Node {
         state.leader == self.broker.id && self.registration_current.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    fn remove_topic(&self, log_dir: &LogDir, name: &str, topic: &Topic, recreated: bool) -> Result<(), ApiError> {
+    fn remove_topic(&self, log_dir: &LogDir, name: &str, topic: &Topic) -> Result<(), ApiError> {
         self.topics_mut().remove(name);
         for (index, slot) in topic.slots.iter().enumerate() {
             if !matches!(slot, Slot::Remote) {
                 log_dir.delete_partition(&format!("{name}-{index}"))?;
             }
-        }
-        if !recreated {
-            self.plugins.topic_deleted(name)?;
         }
         tracing::info!(topic = %name, topic_id = topic.topic_id, "topic deleted");
         Ok(())
