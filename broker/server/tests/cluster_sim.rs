@@ -11,7 +11,8 @@
 //!
 //! The network between voters loses, delays (so reorders) and cuts messages, in
 //! both directions or one; voters crash (their storage forgets what was not
-//! synced, a torn tail included) and restart. Everything random — the faults, the
+//! synced, a torn tail included) and restart, and power cuts strike in the middle
+//! of a voter's storage work (after a random number of writes). Everything random — the faults, the
 //! delays, openraft's election timeouts — is drawn from the run's seed, so a run
 //! replays from its seed.
 //!
@@ -349,6 +350,8 @@ struct Sim {
     checker: Checker,
     next_topic: u32,
     requests: Vec<JoinHandle<()>>,
+    /// Faults are over: no more power cuts are armed.
+    healed: bool,
 }
 
 impl Sim {
@@ -374,6 +377,7 @@ impl Sim {
             checker: Checker::default(),
             next_topic: 0,
             requests: Vec::new(),
+            healed: false,
         }
     }
 
@@ -381,13 +385,25 @@ impl Sim {
         let voter = &mut self.voters[index];
         assert!(voter.life.is_none());
         voter.lives += 1;
+        // Now and then a power cut lands in the middle of this life's storage
+        // work (between a write and its sync, a temporary file and its rename…).
+        if !self.healed && self.rng.gen_bool(0.25) {
+            voter.disk.fail_after(self.rng.gen_range(1..400));
+        }
         let power = Arc::new(AtomicBool::new(true));
         let storage = Arc::new(Powered { disk: voter.disk.clone(), on: power.clone() });
         let link = Arc::new(Link { network: self.network.clone(), source: voter.id });
         let data_dir = Path::new("/sim").join(format!("voter-{}", voter.id));
-        let controller = Controller::open(storage, &data_dir, voter.id, self.voter_ids.clone(), timing(), link)
-            .await
-            .unwrap_or_else(|error| panic!("voter {} (life {}) did not open: {error}", voter.id, voter.lives));
+        let opened = Controller::open(storage, &data_dir, voter.id, self.voter_ids.clone(), timing(), link).await;
+        let controller = match opened {
+            Ok(controller) => controller,
+            // The power cut struck while it opened: it stays down, its disk rebooted.
+            Err(_) if voter.disk.is_dead() => {
+                voter.disk.crash(CrashMode::TornTail { seed: self.rng.gen() });
+                return;
+            }
+            Err(error) => panic!("voter {} (life {}) did not open: {error}", voter.id, voter.lives),
+        };
         let controller = Arc::new(controller);
         lock(&self.network).running.insert(voter.id, controller.clone());
         let tasks = vec![
@@ -413,6 +429,15 @@ impl Sim {
 
     fn running(&self) -> Vec<usize> {
         (0..self.voters.len()).filter(|index| self.voters[*index].life.is_some()).collect()
+    }
+
+    /// Voters whose power cut struck crash as a whole (their disk reboots).
+    async fn reap_power_cuts(&mut self) {
+        for index in 0..self.voters.len() {
+            if self.voters[index].life.is_some() && self.voters[index].disk.is_dead() {
+                self.crash(index).await;
+            }
+        }
     }
 
     fn observe(&mut self) -> Result<(), String> {
@@ -536,9 +561,15 @@ impl Sim {
                 5..=7 => self.fault().await,
                 _ => {}
             }
+            self.reap_power_cuts().await;
             self.observe()?;
         }
-        // Heal: every link, every voter back.
+        // Heal: every link, every voter back, no power cut pending.
+        self.healed = true;
+        self.reap_power_cuts().await;
+        for voter in &self.voters {
+            voter.disk.fail_after(u64::MAX);
+        }
         {
             let mut network = lock(&self.network);
             network.cut.clear();

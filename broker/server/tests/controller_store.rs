@@ -108,3 +108,41 @@ fn a_zeroed_tail_is_cut_and_damage_before_committed_entries_is_refused() {
         assert!(error.to_string().contains("damaged"), "{error}");
     });
 }
+
+/// openraft purges a follower's log when it starts installing a leader's
+/// snapshot, before the state machine stored it: the store purges only what a
+/// durable snapshot covers, and the rest once one does (found by the cluster
+/// simulation: a crash in between left neither entries nor snapshot).
+#[test]
+fn entries_are_purged_only_once_a_durable_snapshot_covers_them() {
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    use openraft::testing::{blank_ent, log_id};
+    runtime().block_on(async {
+        let storage = MemStorage::new();
+        let dir = Path::new("/data/__cluster_metadata");
+        let mut log_store = open(&storage);
+        let state_machine = StateMachine::open(Arc::new(storage.clone()), dir).unwrap();
+        let covered = state_machine.durable_snapshot();
+        log_store.purge_within(covered.clone());
+        log_store.blocking_append((1..=6).map(|index| blank_ent::<TypeConfig>(1, 1, index))).await.unwrap();
+
+        // No snapshot yet: a crash after the purge keeps every entry.
+        log_store.purge(log_id(1, 1, 9)).await.unwrap();
+        storage.crash(CrashMode::TornTail { seed: 3 });
+        let mut log_store = open(&storage);
+        log_store.purge_within(covered.clone());
+        assert_eq!(indexes(&mut log_store).await, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(log_store.get_log_state().await.unwrap().last_purged_log_id, None);
+
+        // A snapshot up to 4 is durable: the purge reaches 4 now, and the rest
+        // (to 9) as soon as one covers it, at the next append.
+        *covered.lock().unwrap() = Some(log_id(1, 1, 4));
+        log_store.purge(log_id(1, 1, 9)).await.unwrap();
+        assert_eq!(indexes(&mut open(&storage)).await, [5, 6]);
+        *covered.lock().unwrap() = Some(log_id(1, 1, 9));
+        log_store.blocking_append([blank_ent::<TypeConfig>(2, 1, 10)]).await.unwrap();
+        let mut reopened = open(&storage);
+        assert_eq!(indexes(&mut reopened).await, [10]);
+        assert_eq!(reopened.get_log_state().await.unwrap().last_purged_log_id, Some(log_id(1, 1, 9)));
+    });
+}

@@ -48,6 +48,9 @@ pub struct LogStore {
     shared: Arc<Mutex<LogFiles>>,
 }
 
+/// The last log id a durable snapshot covers (see `purge_within`).
+type SnapshotBound = Arc<Mutex<Option<LogId<NodeId>>>>;
+
 #[derive(Debug)]
 struct LogFiles {
     storage: Arc<dyn Storage>,
@@ -60,6 +63,10 @@ struct LogFiles {
     vote: Option<Vote<NodeId>>,
     committed: Option<LogId<NodeId>>,
     last_purged: Option<LogId<NodeId>>,
+    /// When set, purges stop at the last entry a durable snapshot covers.
+    snapshot_bound: Option<SnapshotBound>,
+    /// A purge openraft asked for that waits (in part) for a durable snapshot.
+    pending_purge: Option<LogId<NodeId>>,
 }
 
 fn io_error(error: impl std::fmt::Display) -> io::Error {
@@ -179,8 +186,23 @@ impl LogStore {
             vote,
             committed,
             last_purged,
+            snapshot_bound: None,
+            pending_purge: None,
         };
         Ok(LogStore { shared: Arc::new(Mutex::new(files)) })
+    }
+
+    /// Purges only entries that the state machine's durable snapshot covers.
+    /// openraft 0.9 purges a follower's log as soon as it *starts* installing a
+    /// snapshot from the leader, before the state machine has stored it: a
+    /// crash in between would leave neither the entries nor the snapshot, and
+    /// the node could not start again (found by the cluster simulation). The
+    /// rest of such a purge waits, and is carried out by the next purge or
+    /// append once the snapshot is durable (openraft appends after an installed
+    /// snapshot only once the install finished). Entries kept past openraft's
+    /// purge point meanwhile are harmless: it never reads below it.
+    pub fn purge_within(&self, snapshot: SnapshotBound) {
+        self.files().snapshot_bound = Some(snapshot);
     }
 
     /// Whether this node never took part in a quorum: no vote, no entries, nothing
@@ -197,6 +219,7 @@ impl LogStore {
 
 impl LogFiles {
     fn append(&mut self, entries: impl IntoIterator<Item = Entry>) -> io::Result<()> {
+        self.purge_what_is_covered()?;
         let mut bytes = Vec::new();
         let mut added = Vec::new();
         for entry in entries {
@@ -232,6 +255,39 @@ impl LogFiles {
     }
 
     fn purge(&mut self, log_id: LogId<NodeId>) -> io::Result<()> {
+        if self.pending_purge.is_none_or(|pending| pending.index < log_id.index) {
+            self.pending_purge = Some(log_id);
+        }
+        self.purge_what_is_covered()
+    }
+
+    /// Carries out as much of the pending purge as a durable snapshot covers.
+    fn purge_what_is_covered(&mut self) -> io::Result<()> {
+        let Some(pending) = self.pending_purge else { return Ok(()) };
+        let target = match &self.snapshot_bound {
+            None => Some(pending),
+            Some(bound) => match *bound.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+                Some(covered) if covered.index < pending.index => Some(covered),
+                Some(_) => Some(pending),
+                None => None,
+            },
+        };
+        let Some(target) = target else { return Ok(()) };
+        let whole = target == pending;
+        if whole {
+            self.pending_purge = None;
+        }
+        // Never backwards. The same point again, asked for, drops entries
+        // appended at or below it since; a part already carried out is not
+        // carried out again.
+        let last = self.last_purged.map(|purged| purged.index);
+        if Some(target.index) < last || (!whole && Some(target.index) == last) {
+            return Ok(());
+        }
+        self.purge_to(target)
+    }
+
+    fn purge_to(&mut self, log_id: LogId<NodeId>) -> io::Result<()> {
         write_json(&*self.storage, &self.dir.join(PURGED_FILE), &log_id)?;
         self.last_purged = Some(log_id);
         self.entries = self.entries.split_off(&(log_id.index + 1));

@@ -172,6 +172,7 @@ impl Controller {
         let storage_error = |source| ControllerStartError::Storage { path: dir.display().to_string(), source };
         let log_store = LogStore::open(storage.clone(), &dir).map_err(storage_error)?;
         let state_machine = StateMachine::open(storage, &dir).map_err(storage_error)?;
+        log_store.purge_within(state_machine.durable_snapshot());
         let applied = state_machine.applied_image();
         let config = Config {
             cluster_name: "weir".to_owned(),

@@ -37,6 +37,9 @@ struct StoredSnapshot {
     image: ClusterImage,
 }
 
+/// See [`StateMachine::durable_snapshot`].
+pub type DurableSnapshot = Arc<Mutex<Option<LogId<NodeId>>>>;
+
 /// What the rest of the broker reads: the image and how far it got.
 #[derive(Clone, Debug)]
 pub struct AppliedImage {
@@ -112,6 +115,12 @@ impl StateMachine {
         replace_file(&*self.storage, &self.dir.join(SNAPSHOT_FILE), &stored).map_err(write_error)?;
         *persisted = meta.last_log_id;
         Ok(())
+    }
+
+    /// The last log id of the snapshot durable in `snapshot.json` (none before
+    /// the first), shared: the log store purges no entry it does not cover.
+    pub fn durable_snapshot(&self) -> DurableSnapshot {
+        self.persisted.clone()
     }
 
     /// A handle on the applied image for readers.
