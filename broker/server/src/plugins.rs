@@ -110,6 +110,7 @@ struct Stored {
 
 /// An attachment of the cluster metadata and this broker's instance of it
 /// (`None` while its plugin's bytes are missing, or when `init` failed).
+#[derive(Clone)]
 struct Attachment {
     entry: AttachmentEntry,
     policy: FailurePolicy,
@@ -117,6 +118,8 @@ struct Attachment {
     digest: Option<String>,
     runner: Option<Arc<Mutex<Plugin>>>,
     status: String,
+    /// `init` refused this code and settings (tried again only when they change).
+    init_failed: bool,
 }
 
 /// A partitioner plugin set on a topic, as metadata names it.
@@ -156,6 +159,10 @@ pub struct AttachmentSummary {
     pub status: String,
 }
 
+/// What [`Plugins::follow`] follows: the registered plugins by name, and each
+/// topic's attachments.
+pub type FollowedImage = (BTreeMap<String, PluginEntry>, BTreeMap<String, Vec<AttachmentEntry>>);
+
 /// An upload, validated and stored by digest (not registered yet).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredUpload {
@@ -190,6 +197,8 @@ pub struct Plugins {
     compiled: Mutex<BTreeMap<String, Arc<CompiledPlugin>>>,
     /// One [`Plugins::follow`] at a time.
     following: Mutex<()>,
+    /// Digests stored by uploads not registered yet: never deleted as unused.
+    pinned: Mutex<BTreeMap<String, usize>>,
 }
 
 impl std::fmt::Debug for Plugins {
@@ -260,6 +269,7 @@ impl Plugins {
             state: Mutex::new(State::default()),
             compiled: Mutex::default(),
             following: Mutex::new(()),
+            pinned: Mutex::default(),
         })
     }
 
@@ -350,8 +360,10 @@ impl Plugins {
     }
 
     /// Validates an upload (a component exporting one hook world; `hook`, when
-    /// not empty, the one it exports) and stores its bytes by digest. The name
-    /// is registered through the controller afterwards.
+    /// not empty, the one it exports) and stores its bytes by digest, pinned
+    /// (kept even while no registered plugin names it) until
+    /// [`Plugins::unpin`]. The name is registered through the controller
+    /// afterwards.
     pub fn store(&self, hook: &str, wasm: &[u8]) -> Result<StoredUpload, ApiError> {
         let compiled =
             self.engine()?.compile(wasm).map_err(|error| ApiError::new(ErrorCode::InvalidPlugin, error.to_string()))?;
@@ -363,7 +375,24 @@ impl Plugins {
                 return Err(ApiError::new(ErrorCode::InvalidPlugin, message));
             }
         }
-        self.keep(compiled, wasm)
+        let digest = compiled.digest().to_owned();
+        *lock(&self.pinned).entry(digest.clone()).or_default() += 1;
+        let stored = self.keep(compiled, wasm);
+        if stored.is_err() {
+            self.unpin(&digest);
+        }
+        stored
+    }
+
+    /// Ends the pin of one [`Plugins::store`].
+    pub fn unpin(&self, digest: &str) {
+        let mut pinned = lock(&self.pinned);
+        if let Some(count) = pinned.get_mut(digest) {
+            *count -= 1;
+            if *count == 0 {
+                pinned.remove(digest);
+            }
+        }
     }
 
     /// Stores bytes fetched from another broker for `digest`, once they compile
@@ -412,18 +441,31 @@ impl Plugins {
     /// loads what is registered (its bytes held here), starts the attachments
     /// that are new or whose code or settings changed, stops what is gone.
     /// Returns the registered plugins whose bytes this broker does not hold.
-    pub fn follow(
-        &self,
-        plugins: &BTreeMap<String, PluginEntry>,
-        attachments: &BTreeMap<String, Vec<AttachmentEntry>>,
-    ) -> Vec<PluginEntry> {
+    ///
+    /// `image` reads the plugins and attachments of the applied metadata; it is
+    /// called under the follow lock, so a follow never applies an older image
+    /// after a newer one. Instances start outside the state lock (an `init` may
+    /// take its deadline), so produces and fetches never wait on them. An
+    /// attachment whose new code is still being fetched keeps running its old
+    /// code meanwhile; one whose `init` failed is tried again only when its
+    /// code or settings change.
+    pub fn follow(&self, image: impl FnOnce() -> FollowedImage) -> Vec<PluginEntry> {
         let _one_at_a_time = lock(&self.following);
+        let (plugins, attachments) = image();
         let mut loaded = BTreeMap::new();
         let mut missing = BTreeMap::new();
-        for (name, entry) in plugins {
-            match self.load(&entry.digest) {
-                Ok(Some(compiled)) => {
+        for (name, entry) in &plugins {
+            let outcome = match valid_digest(&entry.digest) {
+                true => self.load(&entry.digest),
+                false => Err(ApiError::new(ErrorCode::InvalidPlugin, format!("bad digest {:?}", entry.digest))),
+            };
+            match outcome {
+                Ok(Some(compiled)) if compiled.kind().name() == entry.hook => {
                     loaded.insert(name.clone(), (entry.clone(), compiled));
+                }
+                Ok(Some(compiled)) => {
+                    let hook = compiled.kind().name();
+                    tracing::error!(plugin = %name, hook, registered = %entry.hook, "a registered plugin has another hook");
                 }
                 Ok(None) => {
                     missing.insert(name.clone(), entry.clone());
@@ -434,63 +476,146 @@ impl Plugins {
                 }
             }
         }
-        let mut state = lock(&self.state);
-        state.logs.retain(|name, _| plugins.contains_key(name));
-        let mut next = State { missing, ..State::default() };
-        for (name, (entry, compiled)) in loaded {
-            let (log, metrics) =
-                state.logs.entry(name.clone()).or_insert_with(|| (Arc::new(self.new_log()), Arc::default())).clone();
-            let replaced = state.plugins.get(&name).is_none_or(|old| old.entry.digest != entry.digest);
-            if replaced {
-                let origin = entry.uploaded_by.map_or(String::new(), |broker| format!(" to broker {broker}"));
-                log.push("info", format!("host: uploaded {}{origin} ({} bytes)", entry.digest, entry.size_bytes));
-            }
-            next.plugins.insert(name, Stored { entry, compiled, log, metrics });
-        }
-        for (topic, entries) in attachments {
-            let mut running = state.attachments.remove(topic).unwrap_or_default();
-            let mut list = Vec::new();
-            for entry in entries {
-                let digest = plugins.get(&entry.plugin).map(|registered| registered.digest.clone());
-                let same =
-                    running.iter().position(|attachment| attachment.entry == *entry && attachment.digest == digest);
-                if let Some(position) = same.filter(|position| running[*position].runner.is_some()) {
-                    list.push(running.swap_remove(position));
-                    continue;
+        // Plan under the state lock: what stays, what starts.
+        let (mut next, mut to_start, gone) = {
+            let mut state = lock(&self.state);
+            state.logs.retain(|name, _| plugins.contains_key(name));
+            let mut next = State { missing, ..State::default() };
+            for (name, (entry, compiled)) in loaded {
+                let first_sight = !state.logs.contains_key(&name);
+                let (log, metrics) = state
+                    .logs
+                    .entry(name.clone())
+                    .or_insert_with(|| (Arc::new(self.new_log()), Arc::default()))
+                    .clone();
+                if first_sight || state.plugins.get(&name).is_some_and(|old| old.entry.digest != entry.digest) {
+                    log.push("info", format!("host: loaded {} ({} bytes)", entry.digest, entry.size_bytes));
                 }
-                let policy = FailurePolicy::parse(&entry.policy).unwrap_or(FailurePolicy::FailClosed);
-                let (runner, status) = match next.plugins.get(&entry.plugin) {
-                    Some(stored) => match start(stored, &entry.config) {
-                        Ok(runner) => (Some(runner), "running".to_owned()),
-                        Err(error) => {
-                            tracing::warn!(plugin = %entry.plugin, topic, %error, "attachment not started");
-                            (None, format!("not running: {error}"))
-                        }
-                    },
-                    None => (None, "not running: the plugin's bytes are not on this broker yet".to_owned()),
-                };
-                list.push(Attachment { entry: entry.clone(), policy, digest, runner, status });
+                next.plugins.insert(name, Stored { entry, compiled, log, metrics });
             }
-            next.attachments.insert(topic.clone(), list);
+            let mut to_start = Vec::new();
+            for (topic, entries) in &attachments {
+                // Copies (the instances are shared): the current state serves
+                // produces and fetches unchanged until the new one replaces it.
+                let mut running = state.attachments.get(topic).cloned().unwrap_or_default();
+                let mut list = Vec::new();
+                for entry in entries {
+                    let digest = plugins.get(&entry.plugin).map(|registered| registered.digest.clone());
+                    let same_code = running.iter().position(|old| old.entry == *entry && old.digest == digest);
+                    let loaded = next.plugins.contains_key(&entry.plugin);
+                    match same_code {
+                        // Running, or refused its `init` on this very code.
+                        Some(position) if running[position].runner.is_some() || running[position].init_failed => {
+                            list.push(running.swap_remove(position));
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    let policy = FailurePolicy::parse(&entry.policy).unwrap_or(FailurePolicy::FailClosed);
+                    if loaded {
+                        to_start.push((topic.clone(), list.len()));
+                        let status = "starting".to_owned();
+                        list.push(Attachment {
+                            entry: entry.clone(),
+                            policy,
+                            digest,
+                            runner: None,
+                            status,
+                            init_failed: false,
+                        });
+                        continue;
+                    }
+                    // New code not here yet: the old instance keeps running.
+                    let previous = running
+                        .iter()
+                        .position(|old| old.entry == *entry && old.runner.is_some())
+                        .map(|position| running.swap_remove(position));
+                    let attachment = match previous {
+                        Some(mut previous) => {
+                            previous.status = format!(
+                                "running its previous code; {} is being fetched",
+                                digest.as_deref().unwrap_or("the new code")
+                            );
+                            previous
+                        }
+                        None => Attachment {
+                            entry: entry.clone(),
+                            policy,
+                            digest,
+                            runner: None,
+                            status: "not running: the plugin's bytes are not on this broker yet".to_owned(),
+                            init_failed: false,
+                        },
+                    };
+                    list.push(attachment);
+                }
+                next.attachments.insert(topic.clone(), list);
+            }
+            next.logs = state.logs.clone();
+            let gone: Vec<String> = state
+                .plugins
+                .values()
+                .map(|stored| stored.entry.digest.clone())
+                .filter(|digest| !plugins.values().any(|entry| entry.digest == *digest))
+                .collect();
+            (next, to_start, gone)
+        };
+        // Start outside the state lock.
+        for (topic, position) in to_start.drain(..) {
+            let Some(attachment) = next.attachments.get_mut(&topic).and_then(|list| list.get_mut(position)) else {
+                continue;
+            };
+            let Some(stored) = next.plugins.get(&attachment.entry.plugin) else { continue };
+            match start(stored, &attachment.entry.config) {
+                Ok(runner) => (attachment.runner, attachment.status) = (Some(runner), "running".to_owned()),
+                Err(error) => {
+                    tracing::warn!(plugin = %attachment.entry.plugin, %topic, %error, "attachment not started");
+                    attachment.status = format!("not running: {error}");
+                    attachment.init_failed = true;
+                }
+            }
         }
-        next.logs = std::mem::take(&mut state.logs);
-        let gone: Vec<String> = state
-            .plugins
-            .values()
-            .map(|stored| stored.entry.digest.clone())
-            .filter(|digest| !plugins.values().any(|entry| entry.digest == *digest))
-            .collect();
-        *state = next;
-        let missing: Vec<PluginEntry> = state.missing.values().cloned().collect();
-        drop(state);
-        // Code no plugin runs any more: its bytes and artifact go.
-        for digest in gone {
+        let missing: Vec<PluginEntry> = next.missing.values().cloned().collect();
+        *lock(&self.state) = next;
+        // Code no plugin runs any more: its bytes and artifact go (unless an
+        // upload of the same bytes is on its way to be registered; the pins
+        // stay locked meanwhile, so no upload pins a file being deleted).
+        let pinned = lock(&self.pinned);
+        for digest in gone.into_iter().filter(|digest| !pinned.contains_key(digest) && valid_digest(digest)) {
             lock(&self.compiled).remove(&digest);
             for extension in ["wasm", "cwasm"] {
                 let _ = self.environment.storage.remove_file(&self.dir.join(format!("{digest}.{extension}")));
             }
         }
         missing
+    }
+
+    /// Notes in plugin `name`'s log that this broker took an upload of it.
+    pub fn note_upload(&self, name: &str, upload: &StoredUpload) {
+        if let Some((log, _)) = lock(&self.state).logs.get(name) {
+            log.push("info", format!("host: uploaded {} ({} bytes) to this broker", upload.digest, upload.size_bytes));
+        }
+    }
+
+    /// Forgets an upload that was not registered (refused, or it timed out and
+    /// no registered plugin names its code): its compiled code, and its bytes
+    /// unless another upload of them is pinned.
+    pub fn discard_unregistered(&self, digest: &str, registered: impl Fn(&str) -> bool) {
+        let _one_at_a_time = lock(&self.following);
+        let pinned = lock(&self.pinned);
+        let running = lock(&self.state).plugins.values().any(|stored| stored.entry.digest == digest);
+        if pinned.contains_key(digest) || running || registered(digest) || !valid_digest(digest) {
+            return;
+        }
+        lock(&self.compiled).remove(digest);
+        for extension in ["wasm", "cwasm"] {
+            let _ = self.environment.storage.remove_file(&self.dir.join(format!("{digest}.{extension}")));
+        }
+    }
+
+    /// The registered plugins whose bytes this broker lacks.
+    pub fn missing(&self) -> Vec<PluginEntry> {
+        lock(&self.state).missing.values().cloned().collect()
     }
 
     /// Every registered plugin, those whose bytes are still being fetched

@@ -979,8 +979,8 @@ impl admin::Server for AdminService {
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
         let digest = text(params.get()?.get_digest()?)?;
-        let node = self.node.clone();
-        match off_thread(move || node.plugins().wasm(&digest)).await {
+        // Registered but not fetched here yet: this broker fetches it first.
+        match self.node.plugin_wasm(&digest).await {
             Ok(wasm) => {
                 self.gate.connection.answered(wasm.len());
                 results.get().set_wasm(&wasm)

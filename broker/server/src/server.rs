@@ -185,6 +185,7 @@ impl Server {
         }
         self.node.start_transforms(tokio::runtime::Handle::current());
         let metadata_watch = tokio::spawn(self.node.clone().follow_metadata());
+        let plugin_fetches = tokio::spawn(self.node.clone().fetch_plugins());
         let heartbeat = std::time::Duration::from_millis(self.membership.broker_heartbeat_ms);
         let heartbeats = tokio::spawn(self.node.clone().send_heartbeats(heartbeat));
         let session_timeout = std::time::Duration::from_millis(self.membership.broker_session_timeout_ms);
@@ -244,6 +245,7 @@ impl Server {
         group_expiry.abort();
         memory_trim.abort();
         metadata_watch.abort();
+        plugin_fetches.abort();
         let _ = stop.send(true);
         drop(senders);
         for thread in threads {

@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::image::{ClusterImage, PARTITIONER_HOOK};
+use super::image::{check_attachment_entry, check_plugin_entry, ClusterImage, PARTITIONER_HOOK};
 use super::record::{
     AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER,
 };
@@ -61,6 +61,9 @@ pub enum ControllerError {
     AttachmentConflict(String),
     #[error("{0}")]
     NotAttached(String),
+    /// A plugin name, digest, hook or policy the registry does not take.
+    #[error("{0}")]
+    InvalidPluginEntry(String),
 }
 
 /// Which replicas start in the ISR of a new partition.
@@ -224,6 +227,7 @@ impl ClusterImage {
 
     /// Registers `entry` (a new plugin, or new code under a known name).
     pub fn register_plugin(&self, entry: &PluginEntry) -> Result<Vec<MetadataRecord>, ControllerError> {
+        check_plugin_entry(entry).map_err(ControllerError::InvalidPluginEntry)?;
         if let Some(attachment) = self.attached_to(&entry.name).find(|attachment| attachment.hook != entry.hook) {
             return Err(ControllerError::PluginInUse(format!(
                 "{:?} is attached to {:?} as a {}; detach it to change its hook",
@@ -249,6 +253,7 @@ impl ClusterImage {
 
     /// Attaches `entry`; a partitioner replaces the topic's previous one.
     pub fn attach_plugin(&self, entry: &AttachmentEntry) -> Result<Vec<MetadataRecord>, ControllerError> {
+        check_attachment_entry(entry).map_err(ControllerError::InvalidPluginEntry)?;
         if !self.topics.contains_key(&entry.topic) {
             return Err(ControllerError::UnknownTopic(entry.topic.clone()));
         }

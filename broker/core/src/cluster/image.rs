@@ -15,7 +15,10 @@
 //! 1. every partition's replicas are distinct registered brokers, its ISR a
 //!    non-empty subset of them, and its leader a member of the ISR or none;
 //! 2. a fenced broker leads nothing;
-//! 3. leader and partition epochs never go backwards (checked in `apply`).
+//! 3. leader and partition epochs never go backwards (checked in `apply`);
+//! 4. every attachment names an existing topic and a registered plugin of its
+//!    hook, at most once per (plugin, hook), and a topic has at most one
+//!    partitioner; plugin entries have valid names, digests and hooks.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -65,6 +68,46 @@ pub struct ClusterImage {
 
 /// The hook name of a partitioner plugin (a topic has at most one).
 pub const PARTITIONER_HOOK: &str = "partitioner";
+
+/// The hooks a plugin can export.
+pub const PLUGIN_HOOKS: [&str; 4] = ["partitioner", "produce-interceptor", "consume-interceptor", "transform"];
+/// The hooks attached to a topic (a transform is deployed instead).
+pub const ATTACHED_HOOKS: [&str; 3] = ["partitioner", "produce-interceptor", "consume-interceptor"];
+/// Longest plugin name.
+pub const PLUGIN_NAME_BYTES_MAX: usize = 128;
+
+/// A registry entry the metadata takes: a name of 1–128 of `a-z A-Z 0-9 . _ -`,
+/// a sha256 digest as 64 lowercase hex digits (never a path), a known hook.
+pub fn check_plugin_entry(entry: &PluginEntry) -> Result<(), String> {
+    let name = &entry.name;
+    let name_ok = !name.is_empty()
+        && name.len() <= PLUGIN_NAME_BYTES_MAX
+        && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
+    if !name_ok {
+        return Err(format!("plugin name {name:?}: use 1 to {PLUGIN_NAME_BYTES_MAX} of a-z A-Z 0-9 . _ -"));
+    }
+    let digest_ok = entry.digest.len() == 64
+        && entry.digest.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte));
+    if !digest_ok {
+        return Err(format!("plugin digest {:?} is not a sha256 in lowercase hex", entry.digest));
+    }
+    if !PLUGIN_HOOKS.contains(&entry.hook.as_str()) {
+        return Err(format!("hook {:?} is not one of {PLUGIN_HOOKS:?}", entry.hook));
+    }
+    Ok(())
+}
+
+/// An attachment the metadata takes: an attachable hook and a known failure
+/// policy.
+pub fn check_attachment_entry(entry: &AttachmentEntry) -> Result<(), String> {
+    if !ATTACHED_HOOKS.contains(&entry.hook.as_str()) {
+        return Err(format!("hook {:?} is not attached to topics (one of {ATTACHED_HOOKS:?})", entry.hook));
+    }
+    if !["fail-closed", "fail-open"].contains(&entry.policy.as_str()) {
+        return Err(format!("failure policy {:?} is not fail-closed or fail-open", entry.policy));
+    }
+    Ok(())
+}
 
 /// Why a record does not fit the image.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -175,6 +218,7 @@ impl ClusterImage {
                 self.next_producer_id = first.checked_add(*count).ok_or("producer ids overflow")?;
             }
             MetadataRecord::RegisterPlugin(entry) => {
+                check_plugin_entry(entry)?;
                 if let Some(topic) = self.attached_to(&entry.name).find(|attachment| attachment.hook != entry.hook) {
                     return Err(format!(
                         "plugin {:?} is attached to {:?} as a {}",
@@ -190,6 +234,7 @@ impl ClusterImage {
                 self.plugins.remove(name).ok_or_else(|| format!("no plugin {name:?}"))?;
             }
             MetadataRecord::AttachPlugin(entry) => {
+                check_attachment_entry(entry)?;
                 if !self.topics.contains_key(&entry.topic) {
                     return Err(format!("no topic {:?}", entry.topic));
                 }
@@ -279,13 +324,16 @@ impl ClusterImage {
         Ok(())
     }
 
-    /// Checks the invariants in the module docs; returns the first broken one.
     /// The attachments of plugin `name`, on every topic.
     pub fn attached_to<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a AttachmentEntry> + 'a {
         self.attachments.values().flatten().filter(move |attachment| attachment.plugin == name)
     }
 
+    /// Checks the invariants in the module docs; returns the first broken one.
     pub fn check_invariants(&self) -> Result<(), String> {
+        for entry in self.plugins.values() {
+            check_plugin_entry(entry)?;
+        }
         for (topic, list) in &self.attachments {
             if !self.topics.contains_key(topic) || list.is_empty() {
                 return Err(format!("attachments of {topic:?}: no such topic, or an empty list"));
@@ -294,6 +342,14 @@ impl ClusterImage {
                 let hook = self.plugins.get(&attachment.plugin).map(|plugin| plugin.hook.as_str());
                 if hook != Some(attachment.hook.as_str()) || attachment.topic != *topic {
                     return Err(format!("attachment {attachment:?} does not match a stored plugin of its hook"));
+                }
+                let twins =
+                    list.iter().filter(|other| other.plugin == attachment.plugin && other.hook == attachment.hook);
+                if twins.count() > 1 {
+                    return Err(format!(
+                        "{:?} is attached to {topic:?} twice as a {}",
+                        attachment.plugin, attachment.hook
+                    ));
                 }
             }
             if list.iter().filter(|attachment| attachment.hook == PARTITIONER_HOOK).count() > 1 {

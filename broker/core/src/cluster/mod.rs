@@ -21,7 +21,9 @@ pub mod record;
 pub mod request;
 
 pub use controller::{ControllerError, InitialIsr};
-pub use image::{ApplyError, BrokerState, ClusterImage, TopicImage, PARTITIONER_HOOK};
+pub use image::{
+    check_attachment_entry, check_plugin_entry, ApplyError, BrokerState, ClusterImage, TopicImage, PARTITIONER_HOOK,
+};
 pub use record::{
     AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER,
 };

@@ -48,7 +48,7 @@ use crate::groups::{GroupCoordinators, CONSUMER_OFFSETS_PARTITIONS, CONSUMER_OFF
 use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, LogDirConfig, PartitionDirFate};
 use crate::metadata_store::MetadataError;
 use crate::partition::{lock, Partition};
-use crate::plugins::{hook_name, validate_name, FailurePolicy, PluginSummary, Plugins};
+use crate::plugins::{hook_name, validate_name, FailurePolicy, PluginSummary, Plugins, StoredUpload};
 use crate::transforms::{TransformHost, TransformSpec, TransformStatus, Transforms};
 use broker_core::cluster::{
     AttachmentEntry, BrokerRegistration, ControllerError, ControllerRequest, ControllerResponse, IsrChoice,
@@ -182,6 +182,8 @@ pub struct Node {
     /// The consumer groups of the `__consumer_offsets` partitions led here.
     groups: GroupCoordinators,
     plugins: Arc<Plugins>,
+    /// Wakes `fetch_plugins` when a registered plugin's bytes are missing.
+    plugins_wanted: tokio::sync::Notify,
     transforms: Transforms,
     /// Picks the partition of keyless records in `partition = -1` produces.
     round_robin: std::sync::atomic::AtomicU64,
@@ -194,6 +196,8 @@ pub struct Node {
 /// How long start-up waits for the controller quorum (an election among voters
 /// that start one by one).
 const CONTROLLER_START_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often a broker retries fetching a registered plugin it lacks.
+const PLUGIN_FETCH_RETRY: Duration = Duration::from_secs(1);
 /// How long an admin request waits for the controller quorum.
 const CONTROLLER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -291,6 +295,7 @@ impl Node {
                 Plugins::open(&config.data_dir.join("plugins"), config.plugin_limits(), environment.clone())
                     .map_err(|error| NodeError::Plugins(error.message))?,
             ),
+            plugins_wanted: tokio::sync::Notify::new(),
             transforms: Transforms::open(&config.data_dir.join("plugins").join("transforms"), environment.clone())
                 .map_err(|error| NodeError::Plugins(error.message))?,
             round_robin: std::sync::atomic::AtomicU64::new(0),
@@ -441,7 +446,9 @@ fn controller_error(error: SubmitError<ControllerError>) -> ApiError {
                 ControllerError::UnknownPlugin(_) | ControllerError::NotAttached(_) => ErrorCode::PluginNotFound,
                 ControllerError::PluginInUse(_) => ErrorCode::PluginInUse,
                 ControllerError::PluginHookMismatch(_) => ErrorCode::InvalidPlugin,
-                ControllerError::AttachmentConflict(_) => ErrorCode::InvalidRequest,
+                ControllerError::AttachmentConflict(_) | ControllerError::InvalidPluginEntry(_) => {
+                    ErrorCode::InvalidRequest
+                }
             };
             ApiError::new(code, refused.to_string())
         }

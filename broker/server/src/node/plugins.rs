@@ -21,6 +21,26 @@ impl Node {
         let plugins = self.plugins.clone();
         let hook = hook.to_owned();
         let stored = blocking(move || plugins.store(&hook, &wasm)).await?;
+        let registered = self.register_upload(name, &stored).await;
+        self.plugins.unpin(&stored.digest);
+        if registered.is_err() {
+            let controller = self.controller.clone();
+            let is_registered = move |digest: &str| {
+                controller.read(|image| image.plugins.values().any(|plugin| plugin.digest == digest))
+            };
+            let plugins = self.plugins.clone();
+            let digest = stored.digest.clone();
+            let discard = move || {
+                plugins.discard_unregistered(&digest, is_registered);
+                Ok(())
+            };
+            let _ = blocking(discard).await;
+        }
+        registered
+    }
+
+    /// Registers a stored upload under `name` (see [`Node::upload_plugin`]).
+    async fn register_upload(&self, name: &str, stored: &StoredUpload) -> Result<PluginSummary, ApiError> {
         let (attached, registered_hook) = self.controller.read(|image| {
             let attached: Vec<(String, Vec<(String, String)>)> = image
                 .attached_to(name)
@@ -36,13 +56,14 @@ impl Node {
         let entry = PluginEntry {
             name: name.to_owned(),
             hook: stored.hook.to_owned(),
-            digest: stored.digest,
+            digest: stored.digest.clone(),
             size_bytes: stored.size_bytes,
             uploaded_ms: self.clock.now_ms(),
             uploaded_by: Some(self.broker.id),
         };
         self.request(&ControllerRequest::RegisterPlugin(entry)).await?;
         self.follow_plugins().await;
+        self.plugins.note_upload(name, stored);
         self.plugins.summary(name).ok_or_else(|| {
             ApiError::new(ErrorCode::UnknownServerError, format!("plugin {name:?} was registered but is not loaded"))
         })
@@ -128,7 +149,9 @@ impl Node {
         let registered = self.controller.read(|image| image.plugins.get(plugin).cloned());
         if let Some(registered) = registered.filter(|registered| registered.hook == hook.name()) {
             // Registered a moment ago through another broker: fetch it now.
-            self.follow_plugins().await;
+            if self.plugins.wasm(&registered.digest).is_err() && self.fetch_plugin(&registered).await {
+                self.follow_plugins().await;
+            }
             let plugins = self.plugins.clone();
             let configs = vec![(topic.to_owned(), config.clone())];
             blocking(move || plugins.check_configs(&registered.digest, &configs)).await?;
@@ -155,33 +178,66 @@ impl Node {
     }
 
     /// Makes the plugins this broker runs match the applied metadata (see
-    /// `Plugins::follow`), then fetches the bytes of registered plugins it
-    /// lacks from other brokers (the uploading one first), verified by digest.
-    /// Returns whether some are still missing.
+    /// `Plugins::follow`); when it lacks the bytes of a registered plugin, wakes
+    /// [`Node::fetch_plugins`]. Returns whether some are missing.
     pub(super) async fn follow_plugins(&self) -> bool {
-        let (registered, attachments) =
-            self.controller.read(|image| (image.plugins.clone(), image.attachments.clone()));
         let plugins = self.plugins.clone();
-        let (registered_again, attachments_again) = (registered.clone(), attachments.clone());
-        let missing = blocking(move || Ok(plugins.follow(&registered_again, &attachments_again))).await;
-        let missing = missing.unwrap_or_default();
-        if missing.is_empty() {
-            return false;
+        let controller = self.controller.clone();
+        let image = move || controller.read(|image| (image.plugins.clone(), image.attachments.clone()));
+        let missing = blocking(move || Ok(plugins.follow(image))).await.unwrap_or_default();
+        if !missing.is_empty() {
+            self.plugins_wanted.notify_one();
         }
-        let mut fetched_any = false;
-        for entry in &missing {
-            fetched_any |= self.fetch_plugin(entry).await;
+        !missing.is_empty()
+    }
+
+    /// Fetches the bytes of registered plugins this broker lacks from other
+    /// brokers (the uploading one first), verified by digest, then follows
+    /// again; retries every second while some are missing. Runs until aborted,
+    /// apart from the metadata watch, so a plugin that cannot be fetched never
+    /// delays partitions following the metadata.
+    pub async fn fetch_plugins(self: Arc<Self>) {
+        loop {
+            let missing = self.plugins.missing();
+            if missing.is_empty() {
+                self.plugins_wanted.notified().await;
+                continue;
+            }
+            let mut fetched = false;
+            for entry in &missing {
+                fetched |= self.fetch_plugin(entry).await;
+            }
+            if fetched {
+                self.follow_plugins().await;
+                continue;
+            }
+            let _ = tokio::time::timeout(PLUGIN_FETCH_RETRY, self.plugins_wanted.notified()).await;
         }
-        if !fetched_any {
-            return true;
+    }
+
+    /// The bytes of a plugin by digest (`fetchPlugin`, for clients running a
+    /// partitioner): from this broker, or fetched from another one first when
+    /// the plugin is registered but not here yet.
+    pub async fn plugin_wasm(&self, digest: &str) -> Result<Vec<u8>, ApiError> {
+        let read = || {
+            let (plugins, digest) = (self.plugins.clone(), digest.to_owned());
+            blocking(move || plugins.wasm(&digest))
+        };
+        if let Ok(wasm) = read().await {
+            return Ok(wasm);
         }
-        let plugins = self.plugins.clone();
-        let still = blocking(move || Ok(plugins.follow(&registered, &attachments))).await.unwrap_or_default();
-        !still.is_empty()
+        let registered =
+            self.controller.read(|image| image.plugins.values().find(|plugin| plugin.digest == digest).cloned());
+        if let Some(entry) = registered {
+            if self.fetch_plugin(&entry).await {
+                self.follow_plugins().await;
+            }
+        }
+        read().await
     }
 
     /// Fetches and stores the bytes of `entry` from another broker.
-    async fn fetch_plugin(&self, entry: &PluginEntry) -> bool {
+    pub(super) async fn fetch_plugin(&self, entry: &PluginEntry) -> bool {
         let mut sources: Vec<(i32, String)> = self.controller.read(|image| {
             image
                 .brokers
@@ -230,8 +286,25 @@ impl Node {
     pub(super) async fn upgrade_plugin_registry(&self) -> Result<(), NodeError> {
         let legacy = self.plugins.legacy_registry().map_err(|error| NodeError::Plugins(error.message))?;
         let Some(legacy) = legacy else { return Ok(()) };
+        // A change the metadata refuses for good (a topic gone since) is logged
+        // and skipped; any other failure stops the start, and the file stays for
+        // the next one (a validator is never silently dropped).
+        let moved = |what: &str, outcome: Result<ControllerResponse, ApiError>| match outcome {
+            Ok(_) => Ok(()),
+            Err(error) if error.code == ErrorCode::RequestTimedOut || error.code == ErrorCode::StorageError => {
+                Err(NodeError::Plugins(format!("moving plugin {what:?} into the cluster metadata: {}", error.message)))
+            }
+            Err(error) => {
+                tracing::warn!(plugin = what, %error, "not moved into the cluster metadata: refused");
+                Ok(())
+            }
+        };
         for plugin in legacy.plugins {
-            if self.controller.read(|image| image.plugins.contains_key(&plugin.name)) {
+            let known = self.controller.read(|image| image.plugins.get(&plugin.name).map(|known| known.digest.clone()));
+            if let Some(known) = known {
+                if known != plugin.digest {
+                    tracing::warn!(plugin = %plugin.name, kept = %known, "the cluster has other code under this name");
+                }
                 continue;
             }
             if self.plugins.wasm(&plugin.digest).is_err() {
@@ -246,9 +319,7 @@ impl Node {
                 uploaded_ms: plugin.uploaded_ms,
                 uploaded_by: Some(self.broker.id),
             };
-            if let Err(error) = self.request(&ControllerRequest::RegisterPlugin(entry)).await {
-                tracing::warn!(plugin = %plugin.name, %error, "plugin not moved into the cluster metadata");
-            }
+            moved(&plugin.name, self.request(&ControllerRequest::RegisterPlugin(entry)).await)?;
         }
         for attachment in legacy.attachments {
             let known = self.controller.read(|image| {
@@ -266,9 +337,7 @@ impl Node {
                 config: attachment.config,
                 policy: attachment.policy.name().to_owned(),
             };
-            if let Err(error) = self.request(&ControllerRequest::AttachPlugin(entry)).await {
-                tracing::warn!(plugin = %attachment.plugin, topic = %attachment.topic, %error, "attachment not moved");
-            }
+            moved(&attachment.plugin, self.request(&ControllerRequest::AttachPlugin(entry)).await)?;
         }
         self.plugins.legacy_registry_upgraded().map_err(|error| NodeError::Plugins(error.message))?;
         tracing::info!("plugin registry moved into the cluster metadata (registry.json.upgraded)");

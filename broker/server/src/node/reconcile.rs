@@ -19,9 +19,6 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 
-/// How often a broker retries fetching a registered plugin it lacks.
-const PLUGIN_FETCH_RETRY: Duration = Duration::from_secs(1);
-
 /// File inside each partition directory.
 pub(super) const PARTITION_METADATA_FILE: &str = "partition.metadata";
 pub(super) const PARTITION_METADATA_VERSION: u32 = 1;
@@ -125,26 +122,15 @@ impl Node {
 
     /// Reconciles whenever the applied image moves (changes made on other
     /// brokers, leadership moved by the controller); runs until aborted.
-    /// Plugins follow too; while a registered plugin's bytes are missing here,
-    /// fetching them is retried every second.
+    /// Plugins follow too (their bytes are fetched apart, by `fetch_plugins`).
     pub async fn follow_metadata(self: Arc<Self>) {
         let mut applied_index = self.controller.applied().applied_index.clone();
-        let mut plugins_missing = self.follow_plugins().await;
-        loop {
-            let wait = match plugins_missing {
-                true => PLUGIN_FETCH_RETRY,
-                false => Duration::MAX,
-            };
-            match tokio::time::timeout(wait, applied_index.changed()).await {
-                Ok(Err(_)) => return,
-                Ok(Ok(())) => {
-                    if let Err(error) = self.reconcile_off_thread().await {
-                        tracing::error!(%error, "local partitions do not follow the cluster metadata");
-                    }
-                }
-                Err(_) => {}
+        self.follow_plugins().await;
+        while applied_index.changed().await.is_ok() {
+            if let Err(error) = self.reconcile_off_thread().await {
+                tracing::error!(%error, "local partitions do not follow the cluster metadata");
             }
-            plugins_missing = self.follow_plugins().await;
+            self.follow_plugins().await;
         }
     }
 
