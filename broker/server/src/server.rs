@@ -59,6 +59,10 @@ pub enum ServerError {
     Node(#[from] NodeError),
     #[error("cannot start a connection thread: {0}")]
     Thread(#[source] std::io::Error),
+    /// The controller's storage failed: the broker stops rather than serve
+    /// metadata it can no longer follow (a supervisor restarts it).
+    #[error("the controller stopped: {0}")]
+    ControllerFailed(String),
 }
 
 /// A bound, not yet serving broker.
@@ -211,9 +215,18 @@ impl Server {
         });
         let mut next_thread = 0;
         tokio::pin!(shutdown);
+        let controller = self.node.controller().clone();
+        let controller_failed = controller.failed();
+        tokio::pin!(controller_failed);
+        let mut failure = None;
         loop {
             let accepted = tokio::select! {
                 () = &mut shutdown => break,
+                error = &mut controller_failed => {
+                    tracing::error!(%error, "the controller stopped on a storage error; stopping the broker");
+                    failure = Some(error);
+                    break;
+                }
                 accepted = self.listener.accept() => accepted,
             };
             let (stream, peer) = match accepted {
@@ -255,6 +268,9 @@ impl Server {
         // The Raft node stops writing before the data directory is unlocked.
         self.node.stop_controller().await;
         self.node.shutdown();
+        if let Some(error) = failure {
+            return Err(ServerError::ControllerFailed(error));
+        }
         tracing::info!("stopped cleanly");
         Ok(())
     }

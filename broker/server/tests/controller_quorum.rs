@@ -224,3 +224,21 @@ fn three_voters_fail_over_and_converge() {
         }
     });
 }
+
+/// A controller whose storage fails stops, and says why: the broker stops
+/// serving on it (`Server::serve` ends with `ControllerFailed`).
+#[test]
+fn a_controller_whose_storage_fails_reports_it() {
+    runtime().block_on(async {
+        let storage = MemStorage::new();
+        let network = InProcess::default();
+        let controller = open(&storage, 1, &[1], &network).await;
+        assert!(controller.wait_active(WAIT).await);
+        register(&controller, 1).await.unwrap();
+        storage.fail_after(0);
+        let refused = create_topic(&controller, "lost").await;
+        assert!(refused.is_err(), "{refused:?}");
+        let error = tokio::time::timeout(WAIT, controller.failed()).await.expect("the failure is reported");
+        assert!(error.contains("power cut"), "{error}");
+    });
+}

@@ -456,6 +456,22 @@ impl Controller {
         }
     }
 
+    /// Waits until the Raft node stops on a fatal error (its storage failed),
+    /// and returns it; pending for ever while it runs or after a shutdown.
+    pub async fn failed(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Err(error) = &metrics.borrow().running_state {
+                if !matches!(error, openraft::error::Fatal::Stopped) {
+                    return error.to_string();
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
     /// Stops the Raft node.
     pub async fn shutdown(&self) {
         if let Err(error) = self.raft.shutdown().await {
