@@ -41,6 +41,57 @@ use crate::environment::Environment;
 use crate::error::ApiError;
 use crate::partition::lock;
 
+/// Why a plugin request or a plugin call failed. Typed here, converted to the
+/// client's `ApiError` (and its `ErrorCode`) once, at the edge.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginsError {
+    /// A malformed request: a bad name or hook (`InvalidRequest`).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Not a component of the hook it claims, or bytes not matching their
+    /// digest (`InvalidPlugin`).
+    #[error("{0}")]
+    InvalidPlugin(String),
+    /// No plugin of that name or digest (`PluginNotFound`).
+    #[error("{0}")]
+    NotFound(String),
+    /// `init` refused a configuration, or a bad failure policy (`InvalidConfig`).
+    #[error("{0}")]
+    InvalidConfig(String),
+    /// A plugin call failed: error, trap, deadline, bad output (`PluginFailed`).
+    #[error("plugin {plugin:?}: {error}")]
+    Failed { plugin: String, error: PluginError },
+    /// The plugin cannot run here now: not running, bytes not here yet, bad
+    /// output (`PluginFailed`).
+    #[error("{0}")]
+    Unavailable(String),
+    /// Records refused: by an interceptor, or not packable (`InvalidRecord`).
+    #[error("{0}")]
+    InvalidRecord(String),
+    /// A batch that does not decode (`CorruptMessage`).
+    #[error(transparent)]
+    Corrupt(#[from] abi::batch::BatchError),
+    /// The plugin directory could not be read or written (`StorageError`).
+    #[error("{context}: {message}")]
+    Storage { context: String, message: String },
+}
+
+impl From<PluginsError> for ApiError {
+    fn from(error: PluginsError) -> ApiError {
+        let code = match &error {
+            PluginsError::BadRequest(_) => ErrorCode::InvalidRequest,
+            PluginsError::InvalidPlugin(_) => ErrorCode::InvalidPlugin,
+            PluginsError::NotFound(_) => ErrorCode::PluginNotFound,
+            PluginsError::InvalidConfig(_) => ErrorCode::InvalidConfig,
+            PluginsError::Failed { .. } | PluginsError::Unavailable(_) => ErrorCode::PluginFailed,
+            PluginsError::InvalidRecord(_) => ErrorCode::InvalidRecord,
+            PluginsError::Corrupt(_) => ErrorCode::CorruptMessage,
+            PluginsError::Storage { .. } => ErrorCode::StorageError,
+        };
+        ApiError::new(code, error.to_string())
+    }
+}
+
 const REGISTRY_FILE: &str = "registry.json";
 const NAME_BYTES_MAX: usize = 128;
 
@@ -55,14 +106,13 @@ pub enum FailurePolicy {
 }
 
 impl FailurePolicy {
-    pub fn parse(text: &str) -> Result<FailurePolicy, ApiError> {
+    pub fn parse(text: &str) -> Result<FailurePolicy, PluginsError> {
         match text {
             "" | "fail-closed" => Ok(FailurePolicy::FailClosed),
             "fail-open" => Ok(FailurePolicy::FailOpen),
-            other => Err(ApiError::new(
-                ErrorCode::InvalidConfig,
-                format!("failure policy {other:?} is not fail-closed or fail-open"),
-            )),
+            other => {
+                Err(PluginsError::InvalidConfig(format!("failure policy {other:?} is not fail-closed or fail-open")))
+            }
         }
     }
 
@@ -207,29 +257,27 @@ impl std::fmt::Debug for Plugins {
     }
 }
 
-fn storage(context: &str, error: impl std::fmt::Display) -> ApiError {
-    ApiError::new(ErrorCode::StorageError, format!("{context}: {error}"))
+fn storage(context: &str, error: impl std::fmt::Display) -> PluginsError {
+    PluginsError::Storage { context: context.to_owned(), message: error.to_string() }
 }
 
-pub(crate) fn hook_name(text: &str) -> Result<HookKind, ApiError> {
+pub(crate) fn hook_name(text: &str) -> Result<HookKind, PluginsError> {
     HookKind::parse(text).ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("hook {text:?} is not partitioner, produce-interceptor, consume-interceptor or transform"),
-        )
+        PluginsError::BadRequest(format!(
+            "hook {text:?} is not partitioner, produce-interceptor, consume-interceptor or transform"
+        ))
     })
 }
 
-pub(crate) fn validate_name(name: &str) -> Result<(), ApiError> {
+pub(crate) fn validate_name(name: &str) -> Result<(), PluginsError> {
     let valid = !name.is_empty()
         && name.len() <= NAME_BYTES_MAX
         && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
     match valid {
         true => Ok(()),
-        false => Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("plugin name {name:?}: use 1 to {NAME_BYTES_MAX} of a-z A-Z 0-9 . _ -"),
-        )),
+        false => Err(PluginsError::BadRequest(format!(
+            "plugin name {name:?}: use 1 to {NAME_BYTES_MAX} of a-z A-Z 0-9 . _ -"
+        ))),
     }
 }
 
@@ -239,8 +287,8 @@ fn valid_digest(digest: &str) -> bool {
     digest.len() == 64 && digest.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
 }
 
-fn plugin_failed(plugin: &str, error: &PluginError) -> ApiError {
-    ApiError::new(ErrorCode::PluginFailed, format!("plugin {plugin:?}: {error}"))
+fn plugin_failed(plugin: &str, error: PluginError) -> PluginsError {
+    PluginsError::Failed { plugin: plugin.to_owned(), error }
 }
 
 /// Replaces `path` with `bytes` atomically and durably in `environment`'s storage.
@@ -256,7 +304,7 @@ pub(crate) fn read_whole(environment: &Environment, path: &Path) -> std::io::Res
 impl Plugins {
     /// Opens `dir` (created if missing). Nothing runs until [`Plugins::follow`]
     /// is given the cluster metadata.
-    pub fn open(dir: &Path, limits: HostLimits, environment: Environment) -> Result<Plugins, ApiError> {
+    pub fn open(dir: &Path, limits: HostLimits, environment: Environment) -> Result<Plugins, PluginsError> {
         environment
             .storage
             .create_dir_all(dir)
@@ -275,7 +323,7 @@ impl Plugins {
 
     /// The registry a broker kept before plugins moved into the cluster
     /// metadata, when it is still there.
-    pub(crate) fn legacy_registry(&self) -> Result<Option<LegacyRegistry>, ApiError> {
+    pub(crate) fn legacy_registry(&self) -> Result<Option<LegacyRegistry>, PluginsError> {
         let path = self.dir.join(REGISTRY_FILE);
         match read_whole(&self.environment, &path) {
             Ok(Some(bytes)) => serde_json::from_slice(&bytes)
@@ -287,7 +335,7 @@ impl Plugins {
     }
 
     /// Sets the legacy registry aside once the metadata holds it.
-    pub(crate) fn legacy_registry_upgraded(&self) -> Result<(), ApiError> {
+    pub(crate) fn legacy_registry_upgraded(&self) -> Result<(), PluginsError> {
         let path = self.dir.join(REGISTRY_FILE);
         let aside = self.dir.join(format!("{REGISTRY_FILE}.upgraded"));
         let storage_error = |error| storage("set the plugin registry aside", error);
@@ -295,7 +343,7 @@ impl Plugins {
         self.environment.storage.sync_dir(&self.dir).map_err(storage_error)
     }
 
-    fn engine(&self) -> Result<&PluginEngine, ApiError> {
+    fn engine(&self) -> Result<&PluginEngine, PluginsError> {
         if let Some(engine) = self.engine.get() {
             return Ok(engine);
         }
@@ -311,7 +359,7 @@ impl Plugins {
     /// The compiled code of `digest`: in memory, the cached artifact, or a
     /// compile of the stored bytes (then cached); `None` when this broker does
     /// not hold the bytes.
-    fn load(&self, digest: &str) -> Result<Option<Arc<CompiledPlugin>>, ApiError> {
+    fn load(&self, digest: &str) -> Result<Option<Arc<CompiledPlugin>>, PluginsError> {
         if let Some(compiled) = lock(&self.compiled).get(digest) {
             return Ok(Some(compiled.clone()));
         }
@@ -364,15 +412,14 @@ impl Plugins {
     /// (kept even while no registered plugin names it) until
     /// [`Plugins::unpin`]. The name is registered through the controller
     /// afterwards.
-    pub fn store(&self, hook: &str, wasm: &[u8]) -> Result<StoredUpload, ApiError> {
-        let compiled =
-            self.engine()?.compile(wasm).map_err(|error| ApiError::new(ErrorCode::InvalidPlugin, error.to_string()))?;
+    pub fn store(&self, hook: &str, wasm: &[u8]) -> Result<StoredUpload, PluginsError> {
+        let compiled = self.engine()?.compile(wasm).map_err(|error| PluginsError::InvalidPlugin(error.to_string()))?;
         if !hook.is_empty() {
             let claimed = hook_name(hook)?;
             if claimed != compiled.kind() {
                 let message =
                     format!("uploaded as a {} but the component is a {}", claimed.name(), compiled.kind().name());
-                return Err(ApiError::new(ErrorCode::InvalidPlugin, message));
+                return Err(PluginsError::InvalidPlugin(message));
             }
         }
         let digest = compiled.digest().to_owned();
@@ -397,19 +444,19 @@ impl Plugins {
 
     /// Stores bytes fetched from another broker for `digest`, once they compile
     /// to exactly that digest.
-    pub fn store_fetched(&self, digest: &str, wasm: &[u8]) -> Result<StoredUpload, ApiError> {
+    pub fn store_fetched(&self, digest: &str, wasm: &[u8]) -> Result<StoredUpload, PluginsError> {
         let compiled = self
             .engine()?
             .compile(wasm)
-            .map_err(|error| ApiError::new(ErrorCode::InvalidPlugin, format!("fetched plugin {digest}: {error}")))?;
+            .map_err(|error| PluginsError::InvalidPlugin(format!("fetched plugin {digest}: {error}")))?;
         if compiled.digest() != digest {
             let message = format!("fetched bytes for plugin {digest} have digest {}", compiled.digest());
-            return Err(ApiError::new(ErrorCode::InvalidPlugin, message));
+            return Err(PluginsError::InvalidPlugin(message));
         }
         self.keep(compiled, wasm)
     }
 
-    fn keep(&self, compiled: CompiledPlugin, wasm: &[u8]) -> Result<StoredUpload, ApiError> {
+    fn keep(&self, compiled: CompiledPlugin, wasm: &[u8]) -> Result<StoredUpload, PluginsError> {
         let digest = compiled.digest().to_owned();
         let wasm_path = self.dir.join(format!("{digest}.wasm"));
         if !self.environment.storage.exists(&wasm_path) {
@@ -425,14 +472,14 @@ impl Plugins {
 
     /// Starts an instance of the code of `digest` with each configuration, as
     /// attaching it would: the first refusal, with its topic.
-    pub fn check_configs(&self, digest: &str, configs: &[(String, Vec<(String, String)>)]) -> Result<(), ApiError> {
+    pub fn check_configs(&self, digest: &str, configs: &[(String, Vec<(String, String)>)]) -> Result<(), PluginsError> {
         let Some(compiled) = self.load(digest)? else {
             let message = format!("plugin {digest} is not stored on this broker yet; retry shortly");
-            return Err(ApiError::new(ErrorCode::PluginFailed, message));
+            return Err(PluginsError::Unavailable(message));
         };
         for (topic, config) in configs {
             Plugin::start(compiled.clone(), config.clone(), Arc::new(self.new_log()), Arc::default())
-                .map_err(|error| ApiError::new(ErrorCode::InvalidConfig, format!("topic {topic:?}: {error}")))?;
+                .map_err(|error| PluginsError::InvalidConfig(format!("topic {topic:?}: {error}")))?;
         }
         Ok(())
     }
@@ -457,7 +504,7 @@ impl Plugins {
         for (name, entry) in &plugins {
             let outcome = match valid_digest(&entry.digest) {
                 true => self.load(&entry.digest),
-                false => Err(ApiError::new(ErrorCode::InvalidPlugin, format!("bad digest {:?}", entry.digest))),
+                false => Err(PluginsError::InvalidPlugin(format!("bad digest {:?}", entry.digest))),
             };
             match outcome {
                 Ok(Some(compiled)) if compiled.kind().name() == entry.hook => {
@@ -638,18 +685,18 @@ impl Plugins {
     }
 
     /// A new instance of transform plugin `name`, `init`ed with `config`.
-    pub fn start_transform(&self, name: &str, config: Vec<(String, String)>) -> Result<Plugin, ApiError> {
+    pub fn start_transform(&self, name: &str, config: Vec<(String, String)>) -> Result<Plugin, PluginsError> {
         let state = lock(&self.state);
         let Some(stored) = state.plugins.get(name) else { return Err(not_found(name)) };
         if stored.compiled.kind() != HookKind::Transform {
             let message = format!("plugin {name:?} is a {}, not a transform", stored.entry.hook);
-            return Err(ApiError::new(ErrorCode::InvalidPlugin, message));
+            return Err(PluginsError::InvalidPlugin(message));
         }
         Plugin::start(stored.compiled.clone(), config, stored.log.clone(), stored.metrics.clone())
-            .map_err(|error| ApiError::new(ErrorCode::InvalidConfig, error.to_string()))
+            .map_err(|error| PluginsError::InvalidConfig(error.to_string()))
     }
 
-    pub fn logs(&self, name: &str) -> Result<Vec<LogEntry>, ApiError> {
+    pub fn logs(&self, name: &str) -> Result<Vec<LogEntry>, PluginsError> {
         let state = lock(&self.state);
         state.logs.get(name).map(|(log, _)| log.entries()).ok_or_else(|| not_found(name))
     }
@@ -696,7 +743,7 @@ impl Plugins {
         topic: &str,
         partition_count: u32,
         record: &plugin_host::PackedRecord<'_>,
-    ) -> Result<Option<u32>, ApiError> {
+    ) -> Result<Option<u32>, PluginsError> {
         let runner = {
             let state = lock(&self.state);
             let Some(list) = state.attachments.get(topic) else { return Ok(None) };
@@ -707,27 +754,27 @@ impl Plugins {
             }
         };
         let (plugin, Some(runner)) = runner else {
-            return Err(ApiError::new(ErrorCode::PluginFailed, format!("partitioner of {topic:?} is not running")));
+            return Err(PluginsError::Unavailable(format!("partitioner of {topic:?} is not running")));
         };
         let mut batch = PackedBatch::new(-1, record.timestamp_ms);
         batch.push(0, record.timestamp_ms, record.key, record.value, record.headers.iter().copied());
         let chosen = lock(&runner)
             .partition(topic, partition_count, &mut batch)
-            .map_err(|error| plugin_failed(&plugin, &error))?;
+            .map_err(|error| plugin_failed(&plugin, error))?;
         Ok(chosen.into_iter().next().flatten())
     }
 
     /// The uploaded bytes of a plugin by digest: for clients running a
     /// partitioner, and for brokers fetching a plugin they lack.
-    pub fn wasm(&self, digest: &str) -> Result<Vec<u8>, ApiError> {
+    pub fn wasm(&self, digest: &str) -> Result<Vec<u8>, PluginsError> {
         let path = self.dir.join(format!("{digest}.wasm"));
         if !valid_digest(digest) || !self.environment.storage.exists(&path) {
-            return Err(ApiError::new(ErrorCode::PluginNotFound, format!("no plugin with digest {digest:?}")));
+            return Err(PluginsError::NotFound(format!("no plugin with digest {digest:?}")));
         }
         self.read_wasm(&path)
     }
 
-    fn read_wasm(&self, path: &Path) -> Result<Vec<u8>, ApiError> {
+    fn read_wasm(&self, path: &Path) -> Result<Vec<u8>, PluginsError> {
         match read_whole(&self.environment, path) {
             Ok(Some(bytes)) => Ok(bytes),
             Ok(None) => Err(storage(&format!("read {}", path.display()), "missing")),
@@ -747,7 +794,7 @@ impl Plugins {
 
     /// Runs the topic's produce interceptors over `batches` (a produce request's
     /// RecordBatches); rewrites them in place when a plugin replaced records.
-    pub fn intercept_produce(&self, topic: &str, partition: i32, batches: &mut Vec<u8>) -> Result<(), ApiError> {
+    pub fn intercept_produce(&self, topic: &str, partition: i32, batches: &mut Vec<u8>) -> Result<(), PluginsError> {
         let interceptors = self.interceptors(topic, HookKind::ProduceInterceptor);
         if interceptors.is_empty() {
             return Ok(());
@@ -773,7 +820,7 @@ impl Plugins {
                         let listed: Vec<String> =
                             reasons.iter().map(|(index, reason)| format!("record {index}: {reason}")).collect();
                         let message = format!("rejected by plugin {plugin:?}: {}", listed.join("; "));
-                        return Err(ApiError::new(ErrorCode::InvalidRecord, message));
+                        return Err(PluginsError::InvalidRecord(message));
                     }
                     Ok(ProduceOutcome::Rewrite(records)) => {
                         let batch = match &mut rewritten {
@@ -789,7 +836,7 @@ impl Plugins {
                     Err(error) if *policy == FailurePolicy::FailOpen => {
                         tracing::debug!(%plugin, %error, "produce interceptor failed open");
                     }
-                    Err(error) => return Err(plugin_failed(plugin, &error)),
+                    Err(error) => return Err(plugin_failed(plugin, error)),
                 }
             }
             match rewritten {
@@ -822,7 +869,7 @@ impl Plugins {
         partition: i32,
         group: Option<&str>,
         fetched: &[u8],
-    ) -> Result<Option<Vec<u8>>, ApiError> {
+    ) -> Result<Option<Vec<u8>>, PluginsError> {
         let interceptors = self.interceptors(topic, HookKind::ConsumeInterceptor);
         if interceptors.is_empty() {
             return Ok(None);
@@ -864,7 +911,7 @@ impl Plugins {
                     Err(error) if *policy == FailurePolicy::FailOpen => {
                         tracing::debug!(%plugin, %error, "consume interceptor failed open");
                     }
-                    Err(error) => return Err(plugin_failed(plugin, &error)),
+                    Err(error) => return Err(plugin_failed(plugin, error)),
                 }
             }
             let Some(mut batch) = rewritten else {
@@ -884,12 +931,12 @@ impl Plugins {
     }
 }
 
-fn not_found(name: &str) -> ApiError {
-    ApiError::new(ErrorCode::PluginNotFound, format!("no plugin named {name:?}"))
+fn not_found(name: &str) -> PluginsError {
+    PluginsError::NotFound(format!("no plugin named {name:?}"))
 }
 
-fn corrupt(error: abi::batch::BatchError) -> ApiError {
-    ApiError::new(ErrorCode::CorruptMessage, error.to_string())
+fn corrupt(error: abi::batch::BatchError) -> PluginsError {
+    PluginsError::Corrupt(error)
 }
 
 fn start(stored: &Stored, config: &[(String, String)]) -> Result<Arc<Mutex<Plugin>>, PluginError> {
@@ -938,7 +985,7 @@ fn summary(state: &State, name: &str) -> Option<PluginSummary> {
 /// than that from the batch's base timestamp, the packed batch takes the earliest
 /// record timestamp as its base instead; timestamps spanning more than an s32
 /// are refused (`InvalidRecord`), never wrapped.
-pub(crate) fn pack_view(view: &BatchView<'_>, base_offset: i64) -> Result<PackedBatch, ApiError> {
+pub(crate) fn pack_view(view: &BatchView<'_>, base_offset: i64) -> Result<PackedBatch, PluginsError> {
     let section = records_section_unverified(view, DECOMPRESSED_BYTES_MAX).map_err(corrupt)?;
     let count = usize::try_from(view.records_count()).unwrap_or(0);
     let base_timestamp = view.base_timestamp();
@@ -966,7 +1013,7 @@ pub(crate) fn pack_view(view: &BatchView<'_>, base_offset: i64) -> Result<Packed
 
 /// The base timestamp a packed batch of these records can use: the batch's own
 /// when every record's delta fits an s32, else the earliest record's.
-fn packed_base_timestamp(base_timestamp: i64, section: &[u8], count: usize) -> Result<i64, ApiError> {
+fn packed_base_timestamp(base_timestamp: i64, section: &[u8], count: usize) -> Result<i64, PluginsError> {
     let (mut earliest, mut latest) = (i64::MAX, i64::MIN);
     for record in RecordRefs::new(section, count) {
         let timestamp = base_timestamp.wrapping_add(record.map_err(corrupt)?.timestamp_delta);
@@ -977,23 +1024,19 @@ fn packed_base_timestamp(base_timestamp: i64, section: &[u8], count: usize) -> R
     match () {
         _ if count == 0 || fits(base_timestamp) => Ok(base_timestamp),
         _ if fits(earliest) => Ok(earliest),
-        _ => Err(ApiError::new(
-            ErrorCode::InvalidRecord,
-            format!(
-                "the batch's record timestamps span {} ms; a plugin batch carries at most {} ms (s32 deltas)",
-                latest.saturating_sub(earliest),
-                i32::MAX
-            ),
-        )),
+        _ => Err(PluginsError::InvalidRecord(format!(
+            "the batch's record timestamps span {} ms; a plugin batch carries at most {} ms (s32 deltas)",
+            latest.saturating_sub(earliest),
+            i32::MAX
+        ))),
     }
 }
 
 /// Puts a plugin's records into `batch`. For produce (`keep_offsets` false) the
 /// count is the same and deltas are positions; for fetches the deltas are the
 /// plugin's (a subset of the input's).
-fn replace_records(batch: &mut RecordBatch, packed: &PackedBatch, keep_offsets: bool) -> Result<(), ApiError> {
-    let records =
-        packed.records().map_err(|error| ApiError::new(ErrorCode::PluginFailed, format!("plugin output: {error}")))?;
+fn replace_records(batch: &mut RecordBatch, packed: &PackedBatch, keep_offsets: bool) -> Result<(), PluginsError> {
+    let records = packed.records().map_err(|error| PluginsError::Unavailable(format!("plugin output: {error}")))?;
     batch.records = records
         .into_iter()
         .enumerate()
@@ -1043,7 +1086,7 @@ mod tests {
     fn a_batch_spanning_more_than_an_s32_of_milliseconds_is_refused_not_wrapped() {
         let bytes = encoded(0, &[0, 30 * DAY_MS]);
         let refused = pack_view(&BatchView::new(&bytes).unwrap(), 0).unwrap_err();
-        assert_eq!(refused.code, ErrorCode::InvalidRecord, "{refused:?}");
+        assert!(matches!(refused, PluginsError::InvalidRecord(_)), "{refused:?}");
     }
 
     #[test]

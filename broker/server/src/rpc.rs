@@ -127,10 +127,11 @@ fn give_back_fetch_buffer(buffer: Vec<u8>) {
 
 /// Runs an admin change (metadata fsync, partition directories) on the blocking
 /// pool, so the connection thread keeps serving its other connections meanwhile.
-async fn off_thread<T: Send + 'static>(
-    change: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+async fn off_thread<T: Send + 'static, E: Into<ApiError> + Send + 'static>(
+    change: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(change).await.unwrap_or_else(|error| {
+    let done = tokio::task::spawn_blocking(change).await.map(|done| done.map_err(Into::into));
+    done.unwrap_or_else(|error| {
         Err(ApiError::new(abi::ErrorCode::UnknownServerError, format!("admin task failed: {error}")))
     })
 }
@@ -857,7 +858,7 @@ impl admin::Server for AdminService {
                     builder.set_message(&entry.message[..]);
                 }
             }
-            Err(api_error) => set_error(results.get().init_error(), &api_error),
+            Err(error) => set_error(results.get().init_error(), &ApiError::from(error)),
         }
         Ok(())
     }

@@ -97,7 +97,9 @@ pub enum NodeError {
     #[error("topic {topic:?} has configs the broker no longer accepts: {reason}")]
     TopicConfig { topic: String, reason: String },
     #[error("plugins: {0}")]
-    Plugins(String),
+    Plugins(#[from] crate::plugins::PluginsError),
+    #[error("transforms: {0}")]
+    Transforms(String),
     #[error(transparent)]
     ControllerStart(#[from] ControllerStartError),
     #[error("the controller quorum did not answer: {0}")]
@@ -291,13 +293,14 @@ impl Node {
             reconciling: Mutex::new(()),
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             groups: GroupCoordinators::new(CoordinatorConfig::default(), environment.clock.clone()),
-            plugins: Arc::new(
-                Plugins::open(&config.data_dir.join("plugins"), config.plugin_limits(), environment.clone())
-                    .map_err(|error| NodeError::Plugins(error.message))?,
-            ),
+            plugins: Arc::new(Plugins::open(
+                &config.data_dir.join("plugins"),
+                config.plugin_limits(),
+                environment.clone(),
+            )?),
             plugins_wanted: tokio::sync::Notify::new(),
             transforms: Transforms::open(&config.data_dir.join("plugins").join("transforms"), environment.clone())
-                .map_err(|error| NodeError::Plugins(error.message))?,
+                .map_err(|error| NodeError::Transforms(error.message))?,
             round_robin: std::sync::atomic::AtomicU64::new(0),
             data_dir_lock: Mutex::new(data_dir_lock),
             clock: environment.clock.clone(),

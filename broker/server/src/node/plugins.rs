@@ -32,7 +32,7 @@ impl Node {
             let digest = stored.digest.clone();
             let discard = move || {
                 plugins.discard_unregistered(&digest, is_registered);
-                Ok(())
+                Ok::<(), ApiError>(())
             };
             let _ = blocking(discard).await;
         }
@@ -184,7 +184,7 @@ impl Node {
         let plugins = self.plugins.clone();
         let controller = self.controller.clone();
         let image = move || controller.read(|image| (image.plugins.clone(), image.attachments.clone()));
-        let missing = blocking(move || Ok(plugins.follow(image))).await.unwrap_or_default();
+        let missing = blocking(move || Ok::<_, ApiError>(plugins.follow(image))).await.unwrap_or_default();
         if !missing.is_empty() {
             self.plugins_wanted.notify_one();
         }
@@ -284,16 +284,16 @@ impl Node {
     /// here and every attachment the metadata does not have yet; then the file
     /// is set aside (`registry.json.upgraded`).
     pub(super) async fn upgrade_plugin_registry(&self) -> Result<(), NodeError> {
-        let legacy = self.plugins.legacy_registry().map_err(|error| NodeError::Plugins(error.message))?;
+        let legacy = self.plugins.legacy_registry()?;
         let Some(legacy) = legacy else { return Ok(()) };
         // A change the metadata refuses for good (a topic gone since) is logged
         // and skipped; any other failure stops the start, and the file stays for
         // the next one (a validator is never silently dropped).
         let moved = |what: &str, outcome: Result<ControllerResponse, ApiError>| match outcome {
             Ok(_) => Ok(()),
-            Err(error) if error.code == ErrorCode::RequestTimedOut || error.code == ErrorCode::StorageError => {
-                Err(NodeError::Plugins(format!("moving plugin {what:?} into the cluster metadata: {}", error.message)))
-            }
+            Err(error) if error.code == ErrorCode::RequestTimedOut || error.code == ErrorCode::StorageError => Err(
+                NodeError::Controller(format!("moving plugin {what:?} into the cluster metadata: {}", error.message)),
+            ),
             Err(error) => {
                 tracing::warn!(plugin = what, %error, "not moved into the cluster metadata: refused");
                 Ok(())
@@ -339,7 +339,7 @@ impl Node {
             };
             moved(&attachment.plugin, self.request(&ControllerRequest::AttachPlugin(entry)).await)?;
         }
-        self.plugins.legacy_registry_upgraded().map_err(|error| NodeError::Plugins(error.message))?;
+        self.plugins.legacy_registry_upgraded()?;
         tracing::info!("plugin registry moved into the cluster metadata (registry.json.upgraded)");
         Ok(())
     }
@@ -365,7 +365,7 @@ impl Node {
                     buffer.extend_from_slice(&rewritten);
                 }
                 Ok(None) => {}
-                Err(error) => *answer = Err(error),
+                Err(error) => *answer = Err(error.into()),
             }
         }
     }
@@ -394,7 +394,7 @@ impl TransformHost for Node {
         plugin: &str,
         config: Vec<(String, String)>,
     ) -> Result<plugin_host::Plugin, ApiError> {
-        self.plugins.start_transform(plugin, config)
+        Ok(self.plugins.start_transform(plugin, config)?)
     }
 
     fn list_offset(&self, topic: &str, partition: i32, query: OffsetQuery) -> Result<(i64, i64), ApiError> {
@@ -411,7 +411,7 @@ impl TransformHost for Node {
         partition_count: u32,
         record: &plugin_host::PackedRecord<'_>,
     ) -> Result<Option<u32>, ApiError> {
-        self.plugins.partition(topic, partition_count, record)
+        Ok(self.plugins.partition(topic, partition_count, record)?)
     }
 
     async fn fetch_many(
@@ -432,10 +432,11 @@ impl TransformHost for Node {
 
 /// Runs blocking plugin work (compiling, instantiating, file IO) off the
 /// runtime's workers.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+async fn blocking<T: Send + 'static, E: Into<ApiError> + Send + 'static>(
+    work: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(work).await.unwrap_or_else(|error| {
-        Err(ApiError::new(ErrorCode::UnknownServerError, format!("plugin task failed: {error}")))
-    })
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => done.map_err(Into::into),
+        Err(error) => Err(ApiError::new(ErrorCode::UnknownServerError, format!("plugin task failed: {error}"))),
+    }
 }
