@@ -125,12 +125,66 @@ impl std::fmt::Debug for Transforms {
     }
 }
 
-fn storage(context: &str, error: impl std::fmt::Display) -> ApiError {
-    ApiError::new(ErrorCode::StorageError, format!("{context}: {error}"))
+/// Why a transform request or a transform task failed. Typed here, converted
+/// to the client's `ApiError` once, at the edge.
+#[derive(Debug, thiserror::Error)]
+pub enum TransformsError {
+    /// A malformed deployment or control request (`InvalidRequest`).
+    #[error("{0}")]
+    BadRequest(String),
+    /// No transform of that name (`PluginNotFound`).
+    #[error("{0}")]
+    NotFound(String),
+    /// A stored batch that does not decode (`CorruptMessage`).
+    #[error("{0}")]
+    Corrupt(String),
+    /// The transform's plugin failed on a batch (`PluginFailed`).
+    #[error("{0}")]
+    PluginFailed(String),
+    /// Deployments or checkpoints could not be read or written (`StorageError`).
+    #[error("{context}: {message}")]
+    Storage { context: String, message: String },
+    /// What the broker answered the transform (a fetch, a produce, a plugin).
+    #[error(transparent)]
+    Broker(#[from] ApiError),
 }
 
-fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::new(ErrorCode::InvalidRequest, message)
+impl From<TransformsError> for ApiError {
+    fn from(error: TransformsError) -> ApiError {
+        let code = match &error {
+            TransformsError::BadRequest(_) => ErrorCode::InvalidRequest,
+            TransformsError::NotFound(_) => ErrorCode::PluginNotFound,
+            TransformsError::Corrupt(_) => ErrorCode::CorruptMessage,
+            TransformsError::PluginFailed(_) => ErrorCode::PluginFailed,
+            TransformsError::Storage { .. } => ErrorCode::StorageError,
+            TransformsError::Broker(error) => return error.clone(),
+        };
+        ApiError::new(code, error.to_string())
+    }
+}
+
+impl TransformsError {
+    /// The reason alone (a transform's status line shows it).
+    pub fn message(&self) -> String {
+        match self {
+            TransformsError::Broker(error) => error.message.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
+impl From<crate::plugins::PluginsError> for TransformsError {
+    fn from(error: crate::plugins::PluginsError) -> TransformsError {
+        TransformsError::Broker(error.into())
+    }
+}
+
+fn storage(context: &str, error: impl std::fmt::Display) -> TransformsError {
+    TransformsError::Storage { context: context.to_owned(), message: error.to_string() }
+}
+
+fn invalid(message: impl Into<String>) -> TransformsError {
+    TransformsError::BadRequest(message.into())
 }
 
 /// What transforms need from the broker they run in: start plugin instances,
@@ -163,7 +217,7 @@ pub trait TransformHost: Send + Sync + 'static {
 
 impl Transforms {
     /// Loads the deployment records (tasks start with [`Transforms::start_all`]).
-    pub fn open(dir: &Path, environment: Environment) -> Result<Transforms, ApiError> {
+    pub fn open(dir: &Path, environment: Environment) -> Result<Transforms, TransformsError> {
         environment
             .storage
             .create_dir_all(dir)
@@ -197,7 +251,7 @@ impl Transforms {
         })
     }
 
-    fn save(&self, deployments: &BTreeMap<String, Deployment>) -> Result<(), ApiError> {
+    fn save(&self, deployments: &BTreeMap<String, Deployment>) -> Result<(), TransformsError> {
         let records: Vec<&DeploymentRecord> = deployments.values().map(|deployment| &deployment.record).collect();
         let bytes = serde_json::to_vec_pretty(&records).map_err(|error| storage("encode transforms.json", error))?;
         write_atomically(&self.environment, &self.dir.join(RECORD_FILE), &bytes)
@@ -219,7 +273,7 @@ impl Transforms {
         let mut deployments = lock(&self.deployments);
         for deployment in deployments.values_mut() {
             if let Err(error) = self.spawn(node, deployment) {
-                *lock(&deployment.state) = format!("failed: {}", error.message);
+                *lock(&deployment.state) = format!("failed: {}", error.message());
             }
         }
     }
@@ -231,7 +285,7 @@ impl Transforms {
         }
     }
 
-    fn spawn<H: TransformHost>(&self, node: &Arc<H>, deployment: &mut Deployment) -> Result<(), ApiError> {
+    fn spawn<H: TransformHost>(&self, node: &Arc<H>, deployment: &mut Deployment) -> Result<(), TransformsError> {
         let Some(runtime) = lock(&self.runtime).clone() else { return Ok(()) };
         let record = &deployment.record;
         for (&partition, &producer_id) in &record.producer_ids {
@@ -263,7 +317,7 @@ impl Transforms {
         node: &Arc<H>,
         spec: TransformSpec,
         producer_ids: BTreeMap<i32, i64>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), TransformsError> {
         let input_partitions = producer_ids.len() as i32;
         let name_ok = !spec.name.is_empty()
             && spec.name.len() <= 128
@@ -348,10 +402,10 @@ impl Transforms {
     }
 
     /// pause, resume, delete, replay (from `offset`).
-    pub fn control(&self, name: &str, action: &str, offset: i64) -> Result<(), ApiError> {
+    pub fn control(&self, name: &str, action: &str, offset: i64) -> Result<(), TransformsError> {
         let mut deployments = lock(&self.deployments);
         let Some(deployment) = deployments.get_mut(name) else {
-            return Err(ApiError::new(ErrorCode::PluginNotFound, format!("no transform named {name:?}")));
+            return Err(TransformsError::NotFound(format!("no transform named {name:?}")));
         };
         match action {
             "pause" | "resume" => {
@@ -398,7 +452,7 @@ struct PartitionTask<H> {
 }
 
 impl<H: TransformHost> PartitionTask<H> {
-    fn resolve(&self, offset: i64) -> Result<i64, ApiError> {
+    fn resolve(&self, offset: i64) -> Result<i64, TransformsError> {
         let query = match offset {
             EARLIEST => OffsetQuery::Earliest,
             LATEST => OffsetQuery::Latest,
@@ -407,7 +461,7 @@ impl<H: TransformHost> PartitionTask<H> {
         Ok(self.node.list_offset(&self.record.input_topic, self.partition, query)?.0)
     }
 
-    fn save(&self, checkpoint: &Checkpoint) -> Result<(), ApiError> {
+    fn save(&self, checkpoint: &Checkpoint) -> Result<(), TransformsError> {
         let bytes = serde_json::to_vec(checkpoint).map_err(|error| storage("encode a checkpoint", error))?;
         write_atomically(&self.environment, &self.checkpoint_path, &bytes)
             .map_err(|error| storage("write a checkpoint", error))
@@ -429,7 +483,7 @@ impl<H: TransformHost> PartitionTask<H> {
             None => loop {
                 match self.resolve(self.record.start) {
                     Ok(next_offset) => break Checkpoint { next_offset, sequences: BTreeMap::new() },
-                    Err(error) => self.fail(error.message),
+                    Err(error) => self.fail(error.message()),
                 }
                 tokio::time::sleep(RETRY_PAUSE).await;
             },
@@ -442,7 +496,7 @@ impl<H: TransformHost> PartitionTask<H> {
                 generation = control.generation;
                 match self.resolve(control.replay_from) {
                     Ok(offset) => checkpoint.next_offset = offset,
-                    Err(error) => self.fail(error.message),
+                    Err(error) => self.fail(error.message()),
                 }
                 let _ = self.save(&checkpoint);
             }
@@ -482,7 +536,7 @@ impl<H: TransformHost> PartitionTask<H> {
                     match self.process_batch(&view, &mut checkpoint).await {
                         Ok(()) => break,
                         Err(error) => {
-                            self.fail(error.message);
+                            self.fail(error.message());
                             tokio::time::sleep(RETRY_PAUSE).await;
                             if self.control.has_changed().unwrap_or(true) {
                                 break;
@@ -498,7 +552,11 @@ impl<H: TransformHost> PartitionTask<H> {
     }
 
     /// Runs the plugin over one input batch, produces its outputs, checkpoints.
-    async fn process_batch(&mut self, view: &BatchView<'_>, checkpoint: &mut Checkpoint) -> Result<(), ApiError> {
+    async fn process_batch(
+        &mut self,
+        view: &BatchView<'_>,
+        checkpoint: &mut Checkpoint,
+    ) -> Result<(), TransformsError> {
         let next_after = view.last_offset() + 1;
         if next_after <= checkpoint.next_offset {
             return Ok(());
@@ -510,7 +568,7 @@ impl<H: TransformHost> PartitionTask<H> {
         let stored = pack_view(view, view.base_offset())?;
         // Only records at or past the checkpoint (a batch may straddle it).
         let mut input = plugin_host::PackedBatch::new(view.base_offset(), stored.base_timestamp_ms);
-        let records = stored.records().map_err(|error| ApiError::new(ErrorCode::CorruptMessage, error))?;
+        let records = stored.records().map_err(|error| TransformsError::Corrupt(error.to_string()))?;
         let first_delta = (checkpoint.next_offset - view.base_offset()).max(0) as u32;
         for record in records.iter().filter(|record| record.offset_delta >= first_delta) {
             input.push(
@@ -525,10 +583,8 @@ impl<H: TransformHost> PartitionTask<H> {
         let outcome = self
             .plugin
             .process(&self.record.input_topic, self.partition as u32, &mut input, self.record.output_topics.len())
-            .map_err(|error| {
-                ApiError::new(ErrorCode::PluginFailed, format!("plugin {:?}: {error}", self.record.plugin))
-            })?;
-        let outputs = outcome.records.records().map_err(|error| ApiError::new(ErrorCode::PluginFailed, error))?;
+            .map_err(|error| TransformsError::PluginFailed(format!("plugin {:?}: {error}", self.record.plugin)))?;
+        let outputs = outcome.records.records().map_err(|error| TransformsError::PluginFailed(error.to_string()))?;
         // One batch per output partition, in output order.
         let mut batches: BTreeMap<(usize, i32), BatchBuilder> = BTreeMap::new();
         for (record, topic_index) in outputs.iter().zip(&outcome.topic_index) {

@@ -99,7 +99,7 @@ pub enum NodeError {
     #[error("plugins: {0}")]
     Plugins(#[from] crate::plugins::PluginsError),
     #[error("transforms: {0}")]
-    Transforms(String),
+    Transforms(crate::transforms::TransformsError),
     #[error(transparent)]
     ControllerStart(#[from] ControllerStartError),
     #[error("the controller quorum did not answer: {0}")]
@@ -300,7 +300,7 @@ impl Node {
             )?),
             plugins_wanted: tokio::sync::Notify::new(),
             transforms: Transforms::open(&config.data_dir.join("plugins").join("transforms"), environment.clone())
-                .map_err(|error| NodeError::Transforms(error.message))?,
+                .map_err(NodeError::Transforms)?,
             round_robin: std::sync::atomic::AtomicU64::new(0),
             data_dir_lock: Mutex::new(data_dir_lock),
             clock: environment.clock.clone(),

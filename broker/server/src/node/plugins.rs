@@ -102,9 +102,7 @@ impl Node {
             producer_ids.insert(partition, self.init_producer_id().await?.0);
         }
         let node = self.clone();
-        tokio::task::spawn_blocking(move || node.transforms.deploy(&node, spec, producer_ids)).await.unwrap_or_else(
-            |error| Err(ApiError::new(ErrorCode::UnknownServerError, format!("deploying failed: {error}"))),
-        )
+        blocking(move || node.transforms.deploy(&node, spec, producer_ids)).await
     }
 
     pub fn list_transforms(&self) -> Vec<TransformStatus> {
@@ -112,7 +110,7 @@ impl Node {
     }
 
     pub fn control_transform(&self, name: &str, action: &str, offset: i64) -> Result<(), ApiError> {
-        self.transforms.control(name, action, offset)
+        Ok(self.transforms.control(name, action, offset)?)
     }
 
     /// Stops the transforms' tasks (before the partitions close).
