@@ -253,7 +253,11 @@ impl Server {
         }
         tracing::info!("shutting down");
         heartbeats.abort();
-        self.node.controlled_shutdown().await;
+        // With its controller dead this broker cannot hand its partitions over;
+        // the active controller fences it once its session expires.
+        if failure.is_none() {
+            self.node.controlled_shutdown().await;
+        }
         fencing.abort();
         group_expiry.abort();
         memory_trim.abort();

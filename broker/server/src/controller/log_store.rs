@@ -199,8 +199,11 @@ impl LogStore {
     /// the node could not start again (found by the cluster simulation). The
     /// rest of such a purge waits, and is carried out by the next purge or
     /// append once the snapshot is durable (openraft appends after an installed
-    /// snapshot only once the install finished). Entries kept past openraft's
-    /// purge point meanwhile are harmless: it never reads below it.
+    /// snapshot only once the install finished: it answers the install, and
+    /// runs later commands, only after the state machine's install command —
+    /// an ordering inside openraft 0.9 to check again on an upgrade). Entries
+    /// kept past openraft's purge point meanwhile are harmless: it never reads
+    /// below it.
     pub fn purge_within(&self, snapshot: SnapshotBound) {
         self.files().snapshot_bound = Some(snapshot);
     }
@@ -222,7 +225,18 @@ impl LogFiles {
         self.purge_what_is_covered()?;
         let mut bytes = Vec::new();
         let mut added = Vec::new();
+        let mut previous = self.entries.last_key_value().map(|(index, _)| *index);
         for entry in entries {
+            // The log stays consecutive (openraft appends without holes): checked
+            // before anything is written, so a broken append leaves no trace.
+            let index = entry.log_id.index;
+            if previous.is_some_and(|previous| index != previous + 1) {
+                return Err(io::Error::other(format!(
+                    "metadata log entry {index} does not follow entry {}",
+                    previous.unwrap_or_default()
+                )));
+            }
+            previous = Some(index);
             let position = self.file_len + bytes.len() as u64;
             bytes.extend_from_slice(&frame(&entry)?);
             added.push((entry, position));
@@ -231,13 +245,6 @@ impl LogFiles {
         self.file.sync_data()?;
         self.file_len += bytes.len() as u64;
         for (entry, position) in added {
-            if let Some((previous, _)) = self.entries.last_key_value() {
-                assert_eq!(
-                    entry.log_id.index,
-                    previous + 1,
-                    "the metadata log must stay consecutive (openraft appends without holes)"
-                );
-            }
             self.entries.insert(entry.log_id.index, (entry, position));
         }
         Ok(())

@@ -456,8 +456,9 @@ impl Controller {
         }
     }
 
-    /// Waits until the Raft node stops on a fatal error (its storage failed),
-    /// and returns it; pending for ever while it runs or after a shutdown.
+    /// Waits until the Raft node stops on a fatal error (its storage failed, or
+    /// its core panicked), and returns it; pending for ever while it runs or
+    /// after a shutdown.
     pub async fn failed(&self) -> String {
         let mut metrics = self.raft.metrics();
         loop {
@@ -467,7 +468,13 @@ impl Controller {
                 }
             }
             if metrics.changed().await.is_err() {
-                return std::future::pending().await;
+                // The core is gone. A shutdown says `Stopped` first; a core that
+                // panicked leaves its last state `Ok`.
+                let stopped = metrics.borrow().running_state.is_err();
+                return match stopped {
+                    true => std::future::pending().await,
+                    false => "the controller's Raft core exited unexpectedly (it panicked)".to_owned(),
+                };
             }
         }
     }

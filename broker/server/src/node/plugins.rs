@@ -23,7 +23,10 @@ impl Node {
         let stored = blocking(move || plugins.store(&hook, &wasm)).await?;
         let registered = self.register_upload(name, &stored).await;
         self.plugins.unpin(&stored.digest);
-        if registered.is_err() {
+        // A timeout may still commit: the bytes stay (another broker may come to
+        // fetch them). Anything else was refused for good.
+        let refused = registered.as_ref().is_err_and(|error| error.code != ErrorCode::RequestTimedOut);
+        if refused {
             let controller = self.controller.clone();
             let is_registered = move |digest: &str| {
                 controller.read(|image| image.plugins.values().any(|plugin| plugin.digest == digest))
