@@ -35,7 +35,7 @@ use plugin_host::{
 };
 use serde::{Deserialize, Serialize};
 
-use broker_core::cluster::{AttachmentEntry, PluginEntry};
+use broker_core::cluster::{is_plugin_digest, AttachmentEntry, PluginEntry};
 
 use crate::environment::Environment;
 use crate::error::ApiError;
@@ -93,7 +93,6 @@ impl From<PluginsError> for ApiError {
 }
 
 const REGISTRY_FILE: &str = "registry.json";
-const NAME_BYTES_MAX: usize = 128;
 
 /// What happens to records when an interceptor fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -270,21 +269,7 @@ pub(crate) fn hook_name(text: &str) -> Result<HookKind, PluginsError> {
 }
 
 pub(crate) fn validate_name(name: &str) -> Result<(), PluginsError> {
-    let valid = !name.is_empty()
-        && name.len() <= NAME_BYTES_MAX
-        && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
-    match valid {
-        true => Ok(()),
-        false => Err(PluginsError::BadRequest(format!(
-            "plugin name {name:?}: use 1 to {NAME_BYTES_MAX} of a-z A-Z 0-9 . _ -"
-        ))),
-    }
-}
-
-/// A sha256 digest as the registry names it: 64 lowercase hex digits (and so
-/// never a path).
-fn valid_digest(digest: &str) -> bool {
-    digest.len() == 64 && digest.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
+    broker_core::cluster::check_plugin_name(name).map_err(PluginsError::BadRequest)
 }
 
 fn plugin_failed(plugin: &str, error: PluginError) -> PluginsError {
@@ -502,7 +487,7 @@ impl Plugins {
         let mut loaded = BTreeMap::new();
         let mut missing = BTreeMap::new();
         for (name, entry) in &plugins {
-            let outcome = match valid_digest(&entry.digest) {
+            let outcome = match is_plugin_digest(&entry.digest) {
                 true => self.load(&entry.digest),
                 false => Err(PluginsError::InvalidPlugin(format!("bad digest {:?}", entry.digest))),
             };
@@ -628,7 +613,7 @@ impl Plugins {
         // upload of the same bytes is on its way to be registered; the pins
         // stay locked meanwhile, so no upload pins a file being deleted).
         let pinned = lock(&self.pinned);
-        for digest in gone.into_iter().filter(|digest| !pinned.contains_key(digest) && valid_digest(digest)) {
+        for digest in gone.into_iter().filter(|digest| !pinned.contains_key(digest) && is_plugin_digest(digest)) {
             lock(&self.compiled).remove(&digest);
             for extension in ["wasm", "cwasm"] {
                 let _ = self.environment.storage.remove_file(&self.dir.join(format!("{digest}.{extension}")));
@@ -651,7 +636,7 @@ impl Plugins {
         let _one_at_a_time = lock(&self.following);
         let pinned = lock(&self.pinned);
         let running = lock(&self.state).plugins.values().any(|stored| stored.entry.digest == digest);
-        if pinned.contains_key(digest) || running || registered(digest) || !valid_digest(digest) {
+        if pinned.contains_key(digest) || running || registered(digest) || !is_plugin_digest(digest) {
             return;
         }
         lock(&self.compiled).remove(digest);
@@ -768,7 +753,7 @@ impl Plugins {
     /// partitioner, and for brokers fetching a plugin they lack.
     pub fn wasm(&self, digest: &str) -> Result<Vec<u8>, PluginsError> {
         let path = self.dir.join(format!("{digest}.wasm"));
-        if !valid_digest(digest) || !self.environment.storage.exists(&path) {
+        if !is_plugin_digest(digest) || !self.environment.storage.exists(&path) {
             return Err(PluginsError::NotFound(format!("no plugin with digest {digest:?}")));
         }
         self.read_wasm(&path)

@@ -79,22 +79,31 @@ pub const PLUGIN_NAME_BYTES_MAX: usize = 128;
 /// A registry entry the metadata takes: a name of 1–128 of `a-z A-Z 0-9 . _ -`,
 /// a sha256 digest as 64 lowercase hex digits (never a path), a known hook.
 pub fn check_plugin_entry(entry: &PluginEntry) -> Result<(), String> {
-    let name = &entry.name;
-    let name_ok = !name.is_empty()
-        && name.len() <= PLUGIN_NAME_BYTES_MAX
-        && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
-    if !name_ok {
-        return Err(format!("plugin name {name:?}: use 1 to {PLUGIN_NAME_BYTES_MAX} of a-z A-Z 0-9 . _ -"));
-    }
-    let digest_ok = entry.digest.len() == 64
-        && entry.digest.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte));
-    if !digest_ok {
+    check_plugin_name(&entry.name)?;
+    if !is_plugin_digest(&entry.digest) {
         return Err(format!("plugin digest {:?} is not a sha256 in lowercase hex", entry.digest));
     }
     if !PLUGIN_HOOKS.contains(&entry.hook.as_str()) {
         return Err(format!("hook {:?} is not one of {PLUGIN_HOOKS:?}", entry.hook));
     }
     Ok(())
+}
+
+/// A plugin name: 1–128 of `a-z A-Z 0-9 . _ -`.
+pub fn check_plugin_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= PLUGIN_NAME_BYTES_MAX
+        && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
+    match valid {
+        true => Ok(()),
+        false => Err(format!("plugin name {name:?}: use 1 to {PLUGIN_NAME_BYTES_MAX} of a-z A-Z 0-9 . _ -")),
+    }
+}
+
+/// A sha256 digest as plugins are named by content: 64 lowercase hex digits
+/// (and so never a path).
+pub fn is_plugin_digest(digest: &str) -> bool {
+    digest.len() == 64 && digest.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
 }
 
 /// An attachment the metadata takes: an attachable hook and a known failure

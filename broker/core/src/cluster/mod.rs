@@ -22,7 +22,8 @@ pub mod request;
 
 pub use controller::{ControllerError, InitialIsr};
 pub use image::{
-    check_attachment_entry, check_plugin_entry, ApplyError, BrokerState, ClusterImage, TopicImage, PARTITIONER_HOOK,
+    check_attachment_entry, check_plugin_entry, check_plugin_name, is_plugin_digest, ApplyError, BrokerState,
+    ClusterImage, TopicImage, PARTITIONER_HOOK,
 };
 pub use record::{
     AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER,
