@@ -664,11 +664,6 @@ impl Plugins {
         summary(&lock(&self.state), name)
     }
 
-    /// Whether plugin `name` is registered but its bytes are not here yet.
-    pub fn is_missing(&self, name: &str) -> bool {
-        lock(&self.state).missing.contains_key(name)
-    }
-
     /// A new instance of transform plugin `name`, `init`ed with `config`.
     pub fn start_transform(&self, name: &str, config: Vec<(String, String)>) -> Result<Plugin, PluginsError> {
         let state = lock(&self.state);
