@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use broker_core::cluster::{
     ApplyError, AttachmentEntry, BrokerRegistration, ClusterImage, ControllerError, InitialIsr, MetadataRecord,
-    PartitionState, PluginEntry, NO_LEADER,
+    PartitionState, PluginEntry, TransformEntry, NO_LEADER,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -201,7 +201,7 @@ fn records_that_do_not_fit_change_nothing() {
 fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
     let broker_ids: Vec<i32> = cluster.image.brokers.keys().copied().collect();
     let topics: Vec<String> = cluster.image.topics.keys().cloned().collect();
-    let records = match rng.gen_range(0..11) {
+    let records = match rng.gen_range(0..12) {
         0 => {
             *incarnations += 1;
             let registration = BrokerRegistration {
@@ -240,6 +240,7 @@ fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
             cluster.image.allocate_producer_ids(broker_ids[rng.gen_range(0..broker_ids.len())], 1000).unwrap()
         }
         8 => plugin_step(cluster, rng, &topics),
+        9 => transform_step(cluster, rng, &topics),
         _ => cluster.image.elect_preferred_leaders(),
     };
     cluster.commit(records);
@@ -248,7 +249,7 @@ fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
 /// A random plugin request: register (sometimes under a new hook), remove,
 /// attach, detach. Refusals are fine; what is planned must apply.
 fn plugin_step(cluster: &Cluster, rng: &mut StdRng, topics: &[String]) -> Vec<MetadataRecord> {
-    const HOOKS: [&str; 3] = ["partitioner", "produce-interceptor", "consume-interceptor"];
+    const HOOKS: [&str; 4] = ["partitioner", "produce-interceptor", "consume-interceptor", "transform"];
     let name = format!("p{}", rng.gen_range(0..4));
     let hook = HOOKS[rng.gen_range(0..HOOKS.len())];
     let planned = match rng.gen_range(0..4) {
@@ -278,6 +279,38 @@ fn plugin_step(cluster: &Cluster, rng: &mut StdRng, topics: &[String]) -> Vec<Me
                 Some(first) => cluster.image.detach_plugin(topic, &first.hook, &first.plugin),
                 None => cluster.image.detach_plugin(topic, hook, &name),
             }
+        }
+    };
+    planned.unwrap_or_default()
+}
+
+/// A random transform request: deploy (sometimes with a plugin of another
+/// hook, or the wrong number of producer ids), pause, resume, replay, delete.
+fn transform_step(cluster: &Cluster, rng: &mut StdRng, topics: &[String]) -> Vec<MetadataRecord> {
+    let name = format!("x{}", rng.gen_range(0..3));
+    let planned = match rng.gen_range(0..3) {
+        0 if topics.len() >= 2 => {
+            let input = topics[rng.gen_range(0..topics.len())].clone();
+            let output = topics[rng.gen_range(0..topics.len())].clone();
+            let mut partitions = cluster.image.topics[&input].partitions.len() as i64;
+            if rng.gen_bool(0.1) {
+                partitions += 1;
+            }
+            let first = rng.gen_range(0..1_000_000i64) * 100;
+            let entry = TransformEntry {
+                name,
+                plugin: format!("p{}", rng.gen_range(0..4)),
+                input_topic: input,
+                output_topics: vec![output],
+                start: rng.gen_range(-2..3),
+                config: Vec::new(),
+                producer_ids: (0..partitions).map(|partition| first + partition).collect(),
+            };
+            cluster.image.deploy_transform(&entry)
+        }
+        _ => {
+            let action = ["pause", "resume", "replay", "delete", "explode"][rng.gen_range(0..5)];
+            cluster.image.control_transform(&name, action, rng.gen_range(-3..10))
         }
     };
     planned.unwrap_or_default()
@@ -318,6 +351,7 @@ fn random_controller_requests_keep_the_invariants_and_replay_to_the_same_image()
     let expected = ["RegisterBroker", "FenceBroker", "UnfenceBroker", "CreateTopic", "DeleteTopic"];
     let expected = expected.into_iter().chain(["PartitionChange", "ConfigChange", "ProducerIdBlock"]);
     let expected = expected.chain(["RegisterPlugin", "RemovePlugin", "AttachPlugin", "DetachPlugin"]);
+    let expected = expected.chain(["DeployTransform", "PauseTransform", "ReplayTransform", "DeleteTransform"]);
     for kind in expected {
         assert!(kinds.get(kind).is_some_and(|count| *count > 0), "no {kind} in {kinds:?}");
     }

@@ -24,12 +24,18 @@
 //!    name, unless it is attached as another hook) and removed only when attached
 //!    nowhere; an attachment needs the topic and a plugin of its hook, and a new
 //!    partitioner replaces the topic's previous one.
+//! 7. **Transforms**: deployed once per name, over existing topics, with a
+//!    registered transform plugin and one producer id per input partition;
+//!    the plugin they run is not removed (nor given another hook) under them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::image::{check_attachment_entry, check_plugin_entry, ClusterImage, PARTITIONER_HOOK};
+use super::image::{
+    check_attachment_entry, check_plugin_entry, check_transform_entry, ClusterImage, PARTITIONER_HOOK, TRANSFORM_HOOK,
+};
 use super::record::{
-    AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER,
+    AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, TransformEntry,
+    NO_LEADER,
 };
 
 /// Why the controller refuses a request.
@@ -64,6 +70,11 @@ pub enum ControllerError {
     /// A plugin name, digest, hook or policy the registry does not take.
     #[error("{0}")]
     InvalidPluginEntry(String),
+    #[error("no transform named {0:?}")]
+    UnknownTransform(String),
+    /// A malformed deployment, or a name deployed already.
+    #[error("{0}")]
+    InvalidTransform(String),
 }
 
 /// Which replicas start in the ISR of a new partition.
@@ -234,13 +245,27 @@ impl ClusterImage {
                 entry.name, attachment.topic, attachment.hook
             )));
         }
+        if entry.hook != TRANSFORM_HOOK {
+            if let Some(transform) = self.transforms_running(&entry.name).next() {
+                return Err(ControllerError::PluginInUse(format!(
+                    "{:?} runs in transform {transform:?}; delete it to change the plugin's hook",
+                    entry.name
+                )));
+            }
+        }
         Ok(vec![MetadataRecord::RegisterPlugin(entry.clone())])
     }
 
-    /// Removes plugin `name`, which must be attached nowhere.
+    /// Removes plugin `name`, which must be attached nowhere and run by no transform.
     pub fn remove_plugin(&self, name: &str) -> Result<Vec<MetadataRecord>, ControllerError> {
         if !self.plugins.contains_key(name) {
             return Err(ControllerError::UnknownPlugin(name.to_owned()));
+        }
+        let transforms: Vec<&str> = self.transforms_running(name).collect();
+        if !transforms.is_empty() {
+            return Err(ControllerError::PluginInUse(format!(
+                "plugin {name:?} runs in transform(s) {transforms:?}; delete them first"
+            )));
         }
         let topics: Vec<&str> = self.attached_to(name).map(|attachment| attachment.topic.as_str()).collect();
         if !topics.is_empty() {
@@ -302,6 +327,68 @@ impl ClusterImage {
             hook: hook.to_owned(),
             plugin: plugin.to_owned(),
         }])
+    }
+
+    /// Deploys transform `entry`: its topics exist, its plugin is a transform,
+    /// and it has one producer id for each partition of its input.
+    pub fn deploy_transform(&self, entry: &TransformEntry) -> Result<Vec<MetadataRecord>, ControllerError> {
+        check_transform_entry(entry).map_err(ControllerError::InvalidTransform)?;
+        if self.transforms.contains_key(&entry.name) {
+            return Err(ControllerError::InvalidTransform(format!(
+                "a transform named {:?} exists; delete it first",
+                entry.name
+            )));
+        }
+        for topic in std::iter::once(&entry.input_topic).chain(&entry.output_topics) {
+            if !self.topics.contains_key(topic) {
+                return Err(ControllerError::UnknownTopic(topic.clone()));
+            }
+        }
+        let plugin =
+            self.plugins.get(&entry.plugin).ok_or_else(|| ControllerError::UnknownPlugin(entry.plugin.clone()))?;
+        if plugin.hook != TRANSFORM_HOOK {
+            return Err(ControllerError::PluginHookMismatch(format!(
+                "plugin {:?} is a {}, not a {TRANSFORM_HOOK}",
+                entry.plugin, plugin.hook
+            )));
+        }
+        let partitions = self.topics[&entry.input_topic].partitions.len();
+        if entry.producer_ids.len() != partitions {
+            return Err(ControllerError::InvalidTransform(format!(
+                "transform {:?} needs a producer id for each of the {partitions} partitions of {:?}",
+                entry.name, entry.input_topic
+            )));
+        }
+        Ok(vec![MetadataRecord::DeployTransform(entry.clone())])
+    }
+
+    /// Pauses, resumes, replays (from `offset`) or deletes transform `name`.
+    pub fn control_transform(
+        &self,
+        name: &str,
+        action: &str,
+        offset: i64,
+    ) -> Result<Vec<MetadataRecord>, ControllerError> {
+        if !self.transforms.contains_key(name) {
+            return Err(ControllerError::UnknownTransform(name.to_owned()));
+        }
+        let name = name.to_owned();
+        let record = match action {
+            "pause" | "resume" => MetadataRecord::PauseTransform { name, paused: action == "pause" },
+            "replay" if offset >= -2 => MetadataRecord::ReplayTransform { name, from: offset },
+            "replay" => {
+                return Err(ControllerError::InvalidTransform(format!(
+                    "replay offset {offset} (use -2 earliest, -1 latest, or an offset)"
+                )))
+            }
+            "delete" => MetadataRecord::DeleteTransform { name },
+            other => {
+                return Err(ControllerError::InvalidTransform(format!(
+                    "transform action {other:?}: use pause, resume, replay or delete"
+                )))
+            }
+        };
+        Ok(vec![record])
     }
 
     /// Sets (`Some`) or removes (`None`) config overrides of `topic`.

@@ -18,14 +18,18 @@
 //! 3. leader and partition epochs never go backwards (checked in `apply`);
 //! 4. every attachment names an existing topic and a registered plugin of its
 //!    hook, at most once per (plugin, hook), and a topic has at most one
-//!    partitioner; plugin entries have valid names, digests and hooks.
+//!    partitioner; plugin entries have valid names, digests and hooks;
+//! 5. every transform runs a registered plugin of the `transform` hook, has a
+//!    valid name and 1 to 8 output topics other than its input, and one
+//!    distinct producer id per input partition.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use super::record::{
-    AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER,
+    AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, TransformEntry,
+    NO_LEADER, TRANSFORM_OUTPUTS_MAX,
 };
 
 /// One registered broker.
@@ -48,6 +52,16 @@ pub struct TopicImage {
     pub configs: BTreeMap<String, String>,
 }
 
+/// One deployed transform.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransformImage {
+    pub entry: TransformEntry,
+    pub paused: bool,
+    /// The latest replay: the offset of its `ReplayTransform` record (0: none
+    /// yet) and where it restarts the input partitions from.
+    pub replay: (u64, i64),
+}
+
 /// See the module docs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterImage {
@@ -64,6 +78,9 @@ pub struct ClusterImage {
     /// Topic → its interceptors and partitioner, in attach order.
     #[serde(default)]
     pub attachments: BTreeMap<String, Vec<AttachmentEntry>>,
+    /// Transform deployments by name.
+    #[serde(default)]
+    pub transforms: BTreeMap<String, TransformImage>,
 }
 
 /// The hook name of a partitioner plugin (a topic has at most one).
@@ -104,6 +121,35 @@ pub fn check_plugin_name(name: &str) -> Result<(), String> {
 /// (and so never a path).
 pub fn is_plugin_digest(digest: &str) -> bool {
     digest.len() == 64 && digest.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
+}
+
+/// The hook of a transform plugin (deployed, not attached).
+pub const TRANSFORM_HOOK: &str = "transform";
+
+/// A transform the metadata takes: a valid name, 1 to 8 outputs other than the
+/// input, distinct producer ids (see invariant 5; the plugin is checked apart).
+pub fn check_transform_entry(entry: &TransformEntry) -> Result<(), String> {
+    let name = &entry.name;
+    let name_ok = !name.is_empty()
+        && name.len() <= PLUGIN_NAME_BYTES_MAX
+        && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
+    if !name_ok {
+        return Err(format!("transform name {name:?}: use 1 to {PLUGIN_NAME_BYTES_MAX} of a-z A-Z 0-9 . _ -"));
+    }
+    if entry.output_topics.is_empty() || entry.output_topics.len() > TRANSFORM_OUTPUTS_MAX {
+        return Err(format!("a transform has 1 to {TRANSFORM_OUTPUTS_MAX} output topics"));
+    }
+    if entry.output_topics.contains(&entry.input_topic) {
+        return Err("a transform's output topic cannot be its input topic".to_owned());
+    }
+    if entry.start < -2 {
+        return Err(format!("start offset {} (use -2 earliest, -1 latest, or an offset)", entry.start));
+    }
+    let ids: BTreeSet<i64> = entry.producer_ids.iter().copied().collect();
+    if entry.producer_ids.is_empty() || ids.len() != entry.producer_ids.len() || ids.iter().any(|id| *id < 0) {
+        return Err(format!("transform {name:?} needs one distinct producer id per input partition"));
+    }
+    Ok(())
 }
 
 /// An attachment the metadata takes: an attachable hook and a known failure
@@ -234,11 +280,19 @@ impl ClusterImage {
                         entry.name, topic.topic, topic.hook
                     ));
                 }
+                if entry.hook != TRANSFORM_HOOK {
+                    if let Some(transform) = self.transforms_running(&entry.name).next() {
+                        return Err(format!("plugin {:?} runs in transform {transform:?}", entry.name));
+                    }
+                }
                 self.plugins.insert(entry.name.clone(), entry.clone());
             }
             MetadataRecord::RemovePlugin { name } => {
                 if let Some(attachment) = self.attached_to(name).next() {
                     return Err(format!("plugin {name:?} is attached to {:?}", attachment.topic));
+                }
+                if let Some(transform) = self.transforms_running(name).next() {
+                    return Err(format!("plugin {name:?} runs in transform {transform:?}"));
                 }
                 self.plugins.remove(name).ok_or_else(|| format!("no plugin {name:?}"))?;
             }
@@ -271,8 +325,37 @@ impl ClusterImage {
                     self.attachments.remove(topic);
                 }
             }
+            MetadataRecord::DeployTransform(entry) => {
+                check_transform_entry(entry)?;
+                if self.transforms.contains_key(&entry.name) {
+                    return Err(format!("transform {:?} exists", entry.name));
+                }
+                let hook = self.plugins.get(&entry.plugin).map(|plugin| plugin.hook.as_str());
+                if hook != Some(TRANSFORM_HOOK) {
+                    return Err(format!("no transform plugin {:?}", entry.plugin));
+                }
+                let transform = TransformImage { entry: entry.clone(), paused: false, replay: (0, entry.start) };
+                self.transforms.insert(entry.name.clone(), transform);
+            }
+            MetadataRecord::PauseTransform { name, paused } => {
+                self.transforms.get_mut(name).ok_or_else(|| format!("no transform {name:?}"))?.paused = *paused;
+            }
+            MetadataRecord::ReplayTransform { name, from } => {
+                if *from < -2 {
+                    return Err(format!("replay offset {from}"));
+                }
+                self.transforms.get_mut(name).ok_or_else(|| format!("no transform {name:?}"))?.replay = (offset, *from);
+            }
+            MetadataRecord::DeleteTransform { name } => {
+                self.transforms.remove(name).ok_or_else(|| format!("no transform {name:?}"))?;
+            }
         }
         Ok(())
+    }
+
+    /// The transforms that run plugin `name`.
+    pub fn transforms_running<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.transforms.values().filter(move |t| t.entry.plugin == name).map(|t| t.entry.name.as_str())
     }
 
     /// The registered broker `broker_id`.
@@ -363,6 +446,13 @@ impl ClusterImage {
             }
             if list.iter().filter(|attachment| attachment.hook == PARTITIONER_HOOK).count() > 1 {
                 return Err(format!("topic {topic:?} has more than one partitioner"));
+            }
+        }
+        for (name, transform) in &self.transforms {
+            check_transform_entry(&transform.entry)?;
+            let hook = self.plugins.get(&transform.entry.plugin).map(|plugin| plugin.hook.as_str());
+            if *name != transform.entry.name || hook != Some(TRANSFORM_HOOK) {
+                return Err(format!("transform {name:?} does not run a stored transform plugin"));
             }
         }
         for (topic, partition, state) in self.partitions() {

@@ -3,7 +3,7 @@
 //!
 //! - [`record`]: [`MetadataRecord`], one entry of the metadata log (KRaft-shaped:
 //!   brokers, fencing, topics, partition leadership with leader and partition
-//!   epochs, configs, producer-id blocks, plugins);
+//!   epochs, configs, producer-id blocks, plugins, transform deployments);
 //! - [`image`]: [`ClusterImage`], the metadata as of an offset, changed only by
 //!   `apply(offset, record)` — replayable, so every broker that applied the same log
 //!   prefix holds the same image;
@@ -22,10 +22,11 @@ pub mod request;
 
 pub use controller::{ControllerError, InitialIsr};
 pub use image::{
-    check_attachment_entry, check_plugin_entry, check_plugin_name, is_plugin_digest, ApplyError, BrokerState,
-    ClusterImage, TopicImage, PARTITIONER_HOOK,
+    check_attachment_entry, check_plugin_entry, check_plugin_name, check_transform_entry, is_plugin_digest, ApplyError,
+    BrokerState, ClusterImage, TopicImage, TransformImage, PARTITIONER_HOOK, TRANSFORM_HOOK,
 };
 pub use record::{
-    AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, NO_LEADER,
+    AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PartitionState, PluginEntry, TransformEntry,
+    NO_LEADER, TRANSFORM_OUTPUTS_MAX,
 };
 pub use request::{ControllerRequest, ControllerResponse, IsrChoice};

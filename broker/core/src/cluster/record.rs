@@ -81,6 +81,31 @@ pub struct AttachmentEntry {
     pub policy: String,
 }
 
+/// A transform deployment: plugin `plugin` run over every committed record of
+/// `input_topic`, by the leader of each input partition, producing to
+/// `output_topics` exactly once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransformEntry {
+    pub name: String,
+    /// A registered plugin of the `transform` hook.
+    pub plugin: String,
+    pub input_topic: String,
+    /// 1 to [`TRANSFORM_OUTPUTS_MAX`] topics, never the input.
+    pub output_topics: Vec<String>,
+    /// Where an input partition starts without a checkpoint: -2 earliest, -1
+    /// latest, or an offset.
+    pub start: i64,
+    pub config: Vec<(String, String)>,
+    /// The idempotent producer id each input partition's outputs are written
+    /// with (index = partition), so retries after a crash are deduplicated;
+    /// never reused, they also tell this deployment from an older one of the
+    /// same name.
+    pub producer_ids: Vec<i64>,
+}
+
+/// Most output topics of one transform.
+pub const TRANSFORM_OUTPUTS_MAX: usize = 8;
+
 /// One entry of the metadata log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type")]
@@ -145,6 +170,23 @@ pub enum MetadataRecord {
         hook: String,
         plugin: String,
     },
+    /// A transform is deployed (running, not paused).
+    DeployTransform(TransformEntry),
+    /// Pauses (`true`) or resumes a transform.
+    PauseTransform {
+        name: String,
+        paused: bool,
+    },
+    /// Every input partition of the transform restarts from `from` (-2
+    /// earliest, -1 latest, or an offset); the record's offset tells this replay
+    /// from older ones, so a broker that was down still replays once.
+    ReplayTransform {
+        name: String,
+        from: i64,
+    },
+    DeleteTransform {
+        name: String,
+    },
 }
 
 impl MetadataRecord {
@@ -164,6 +206,10 @@ impl MetadataRecord {
             MetadataRecord::RemovePlugin { .. } => "RemovePlugin",
             MetadataRecord::AttachPlugin(_) => "AttachPlugin",
             MetadataRecord::DetachPlugin { .. } => "DetachPlugin",
+            MetadataRecord::DeployTransform(_) => "DeployTransform",
+            MetadataRecord::PauseTransform { .. } => "PauseTransform",
+            MetadataRecord::ReplayTransform { .. } => "ReplayTransform",
+            MetadataRecord::DeleteTransform { .. } => "DeleteTransform",
         }
     }
 }

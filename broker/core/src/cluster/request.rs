@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::controller::{ControllerError, InitialIsr};
 use super::image::ClusterImage;
-use super::record::{AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PluginEntry};
+use super::record::{AttachmentEntry, BrokerId, BrokerRegistration, MetadataRecord, PluginEntry, TransformEntry};
 
 /// One request to the active controller.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +72,13 @@ pub enum ControllerRequest {
         topic: String,
         hook: String,
         plugin: String,
+    },
+    DeployTransform(TransformEntry),
+    /// `pause`, `resume`, `replay` (from `offset`) or `delete`.
+    ControlTransform {
+        name: String,
+        action: String,
+        offset: i64,
     },
 }
 
@@ -146,6 +153,10 @@ impl ControllerRequest {
             ControllerRequest::AttachPlugin(entry) => (image.attach_plugin(entry)?, none),
             ControllerRequest::DetachPlugin { topic, hook, plugin } => {
                 (image.detach_plugin(topic, hook, plugin)?, none)
+            }
+            ControllerRequest::DeployTransform(entry) => (image.deploy_transform(entry)?, none),
+            ControllerRequest::ControlTransform { name, action, offset } => {
+                (image.control_transform(name, action, *offset)?, none)
             }
         };
         Ok(planned)
