@@ -413,3 +413,103 @@ fn a_plugin_uploaded_to_one_broker_runs_on_the_others() {
         (ok && !stdout.contains("\"json\"")).then_some(())
     });
 }
+
+/// Every partition of transform `name` caught up (as seen through `address`),
+/// and its state `running`.
+fn transform_caught_up(address: &str, name: &str) -> Option<()> {
+    let status = json(address, &["transform", "describe", name])?;
+    let partitions = status["partitions"].as_array()?;
+    let caught_up = partitions.iter().all(|partition| partition["lag"] == 0);
+    (caught_up && status["state"] == "running").then_some(())
+}
+
+#[test]
+fn a_transform_runs_on_the_leader_of_each_input_partition_and_survives_a_kill() {
+    let mut cluster = Cluster::start(3);
+    wait_for(&cluster, "three active brokers", || {
+        let status = json(&cluster.address(1), &["cluster", "status"])?;
+        let active = status["brokers"].as_array()?.iter().filter(|broker| broker["state"] == "active").count();
+        (active == 3).then_some(())
+    });
+    for (topic, partitions) in [("events", "6"), ("eu", "1"), ("elsewhere", "3")] {
+        let (ok, _, stderr) = weir(&cluster.address(1), &["topic", "create", topic, "--partitions", partitions], None);
+        assert!(ok, "{stderr}");
+    }
+    let upload = ["plugin", "upload", &plugin_file("route_transform"), "--name", "route"];
+    let (ok, _, stderr) = weir(&cluster.address(2), &upload, None);
+    assert!(ok, "{stderr}");
+    let regions = ["eu", "us", "ap"];
+    let input: String = (0..3000).map(|n| format!("{{\"n\":{n},\"region\":\"{}\"}}\n", regions[n % 3])).collect();
+    let (ok, stdout, stderr) = weir(&cluster.address(1), &["produce", "events"], Some(&input));
+    assert!(ok && stdout.contains("3000 record(s) acknowledged"), "{stdout}{stderr}");
+    wait_for(&cluster, "the plugin listed by broker 3", || {
+        let (ok, stdout, _) = weir(&cluster.address(3), &["plugin", "list", "--format", "json"], None);
+        (ok && stdout.contains("\"route\"")).then_some(())
+    });
+    // Deployed through broker 3: the leaders of the six input partitions (all
+    // three brokers) run them, writing to output partitions led anywhere.
+    let deploy = [
+        "transform",
+        "deploy",
+        "route",
+        "--plugin",
+        "route",
+        "--input",
+        "events",
+        "--output",
+        "eu",
+        "--output",
+        "elsewhere",
+        "--from",
+        "earliest",
+        "--config",
+        "field=region",
+        "--config",
+        "match=eu",
+    ];
+    let (ok, _, stderr) = weir(&cluster.address(3), &deploy, None);
+    assert!(ok, "{stderr}");
+    // A deployment is one per name, cluster-wide.
+    let (ok, _, stderr) = weir(&cluster.address(1), &deploy, None);
+    assert!(!ok && stderr.contains("exists"), "{stderr}");
+    wait_for(&cluster, "some records transformed", || {
+        let status = json(&cluster.address(1), &["transform", "describe", "route"])?;
+        let processed: u64 = status["partitions"].as_array()?.iter().filter_map(|p| p["processed"].as_u64()).sum();
+        (processed > 0).then_some(())
+    });
+    // kill -9 of a broker, most likely mid-stream: its input partitions wait
+    // for it (one replica each), then carry on from their checkpoints.
+    cluster.kill(2);
+    cluster.restart(2);
+    for id in 1..=3 {
+        wait_for(&cluster, &format!("the transform caught up, seen from broker {id}"), || {
+            transform_caught_up(&cluster.address(id), "route")
+        });
+    }
+    let mut seen = Vec::new();
+    for topic in ["eu", "elsewhere"] {
+        for line in consume_all(&cluster.address(3), topic) {
+            let value: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(value["region"] == "eu", topic == "eu", "{topic}: {line}");
+            seen.push(value["n"].as_u64().unwrap());
+        }
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..3000).collect::<Vec<u64>>(), "every input once, none twice");
+
+    // Paused through one broker, paused everywhere; the plugin it runs stays.
+    let (ok, _, stderr) = weir(&cluster.address(1), &["transform", "pause", "route"], None);
+    assert!(ok, "{stderr}");
+    wait_for(&cluster, "paused, seen from broker 3", || {
+        let status = json(&cluster.address(3), &["transform", "describe", "route"])?;
+        (status["state"] == "paused").then_some(())
+    });
+    let (ok, _, stderr) = weir(&cluster.address(2), &["plugin", "delete", "route"], None);
+    assert!(!ok && stderr.contains("runs in transform"), "{stderr}");
+    let (ok, _, stderr) = weir(&cluster.address(2), &["transform", "delete", "route"], None);
+    assert!(ok, "{stderr}");
+    wait_for(&cluster, "the transform gone from broker 1", || {
+        let (ok, stdout, _) = weir(&cluster.address(1), &["transform", "list", "--format", "json"], None);
+        (ok && !stdout.contains("\"route\"")).then_some(())
+    });
+}

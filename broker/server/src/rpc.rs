@@ -567,6 +567,25 @@ impl broker::Server for BrokerService {
             }
             return Ok(());
         }
+        if kind == crate::controller::network::RaftCallKind::Produce.name() {
+            // Another broker's transform writes to a partition led here.
+            let payload = params.get()?.get_payload()?.to_vec();
+            drop(params);
+            let answer = self.node.produce_forwarded(&payload).await;
+            self.gate.connection.answered(answer.len());
+            let mut results = results;
+            results.get().set_payload(&answer);
+            return Ok(());
+        }
+        if kind == crate::controller::network::RaftCallKind::TransformStatus.name() {
+            drop(params);
+            let node = self.node.clone();
+            let answer = off_thread(move || Ok::<_, ApiError>(node.local_transform_status())).await.unwrap_or_default();
+            self.gate.connection.answered(answer.len());
+            let mut results = results;
+            results.get().set_payload(&answer);
+            return Ok(());
+        }
         let answered = answer_controller_call(self.node.controller(), params, results).await?;
         self.gate.connection.answered(answered);
         Ok(())
@@ -930,7 +949,7 @@ impl admin::Server for AdminService {
         mut results: admin::ListTransformsResults,
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
-        let transforms = self.node.list_transforms();
+        let transforms = self.node.list_transforms().await;
         let mut list = results.get().init_transforms(transforms.len() as u32);
         for (index, transform) in transforms.iter().enumerate() {
             let mut builder = list.reborrow().get(index as u32);
@@ -966,8 +985,7 @@ impl admin::Server for AdminService {
             let reader = params.get()?;
             (text(reader.get_name()?)?, text(reader.get_action()?)?, reader.get_offset())
         };
-        let node = self.node.clone();
-        if let Err(api_error) = off_thread(move || node.control_transform(&name, &action, offset)).await {
+        if let Err(api_error) = self.node.control_transform(&name, &action, offset).await {
             set_error(results.get().init_error(), &api_error);
         }
         Ok(())

@@ -2,14 +2,24 @@
 //! of an input topic, one task per input partition, producing to up to 8 output
 //! topics.
 //!
+//! Deployments live in the cluster metadata (`DeployTransform` and friends);
+//! every broker follows them ([`Transforms::follow`]) and runs the tasks of the
+//! input partitions it leads. A task reads its partition here and writes each
+//! output batch to the leader of its output partition, here or on another
+//! broker (`Node` forwards it).
+//!
 //! Exactly once, across restarts: each (deployment, input partition) produces
-//! with its own idempotent producer id (kept in the deployment record), one
-//! batch per output partition per input batch, and checkpoints the next input
-//! offset together with the next sequence number of every output partition
-//! after the outputs are acknowledged. After a crash the task resumes from the
-//! last checkpoint and re-runs at most the input batch in flight; plugins are
+//! with its own idempotent producer id (in the deployment), one batch per
+//! output partition per input batch, and checkpoints the next input offset
+//! together with the next sequence number of every output partition after the
+//! outputs are acknowledged. After a crash the task resumes from the last
+//! checkpoint and re-runs at most the input batch in flight; plugins are
 //! deterministic (no clock or randomness), so it produces the same batches with
-//! the same sequence numbers, which the broker recognises as duplicates.
+//! the same sequence numbers, which the output leaders recognise as duplicates.
+//! Checkpoints are files of the broker that leads the input partition (kept in
+//! replicated storage once partitions have followers); a checkpoint names the
+//! producer id it belongs to, so one left by an older deployment of the same
+//! name is never taken for this one's.
 //!
 //! Output partitions come from the output topic's partitioner: its partitioner
 //! plugin if it has one, else Kafka murmur2 of the output key — so a transform
@@ -24,6 +34,7 @@ use std::time::Duration;
 
 use abi::batch::{BatchBuilder, BatchView};
 use abi::ErrorCode;
+use broker_core::cluster::{TransformEntry, TransformImage};
 use plugin_host::Plugin;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -34,8 +45,8 @@ use crate::node::{Acks, Fetched, OffsetQuery, PartitionFetch, ProduceRequest, Pr
 use crate::partition::lock;
 use crate::plugins::{pack_view, read_whole, write_atomically};
 
-const RECORD_FILE: &str = "transforms.json";
-const OUTPUTS_MAX: usize = 8;
+/// Where single-node brokers kept their deployments, before the cluster metadata.
+const LEGACY_RECORD_FILE: &str = "transforms.json";
 const FETCH_BYTES: u32 = 1 << 20;
 const FETCH_WAIT_MS: u32 = 500;
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
@@ -55,17 +66,19 @@ pub struct TransformSpec {
     pub config: Vec<(String, String)>,
 }
 
+/// A deployment as a single-node broker kept it (`transforms.json`), moved
+/// into the cluster metadata at the first start after the upgrade.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct DeploymentRecord {
-    name: String,
-    plugin: String,
-    input_topic: String,
-    output_topics: Vec<String>,
-    start: i64,
-    config: Vec<(String, String)>,
-    paused: bool,
+pub struct LegacyDeployment {
+    pub name: String,
+    pub plugin: String,
+    pub input_topic: String,
+    pub output_topics: Vec<String>,
+    pub start: i64,
+    pub config: Vec<(String, String)>,
+    pub paused: bool,
     /// Input partition → its producer id.
-    producer_ids: BTreeMap<i32, i64>,
+    pub producer_ids: BTreeMap<i32, i64>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -73,6 +86,13 @@ struct Checkpoint {
     next_offset: i64,
     /// "topic/partition" → the next sequence number.
     sequences: BTreeMap<String, i32>,
+    /// The producer id of the deployment it belongs to (none: written before
+    /// the upgrade, and rewritten by it).
+    #[serde(default)]
+    producer_id: Option<i64>,
+    /// The latest replay this partition carried out (see `TransformImage::replay`).
+    #[serde(default)]
+    replay_generation: u64,
 }
 
 /// Progress of one input partition, shared with its task.
@@ -83,7 +103,7 @@ struct Progress {
     emitted: AtomicU64,
 }
 
-/// Pause, or a replay (a new generation with its offset).
+/// Pause, and the latest replay (its generation and offset).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Control {
     paused: bool,
@@ -91,12 +111,36 @@ struct Control {
     replay_from: i64,
 }
 
-struct Deployment {
-    record: DeploymentRecord,
-    progress: BTreeMap<i32, Arc<Progress>>,
+impl Control {
+    fn of(transform: &TransformImage) -> Control {
+        Control { paused: transform.paused, generation: transform.replay.0, replay_from: transform.replay.1 }
+    }
+}
+
+/// A deployment this broker runs tasks of.
+struct Running {
+    entry: TransformEntry,
     control: watch::Sender<Control>,
     state: Arc<Mutex<String>>,
-    tasks: Vec<tokio::task::AbortHandle>,
+    /// Input partitions led here → their task and progress.
+    tasks: BTreeMap<i32, (tokio::task::AbortHandle, Arc<Progress>)>,
+}
+
+/// A deployed transform, and the input partitions this broker leads.
+#[derive(Clone, Debug)]
+pub struct Wanted {
+    pub transform: TransformImage,
+    pub led: Vec<i32>,
+}
+
+/// What one broker reports of a deployment: its state there and the input
+/// partitions it runs, as (partition, next offset, lag, processed, emitted).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalStatus {
+    pub name: String,
+    pub producer_ids: Vec<i64>,
+    pub state: String,
+    pub partitions: Vec<(i32, i64, i64, u64, u64)>,
 }
 
 /// A deployment as `listTransforms` reports it.
@@ -115,7 +159,7 @@ pub struct TransformStatus {
 pub struct Transforms {
     dir: PathBuf,
     environment: Environment,
-    deployments: Mutex<BTreeMap<String, Deployment>>,
+    running: Mutex<BTreeMap<String, Running>>,
     runtime: Mutex<Option<tokio::runtime::Handle>>,
 }
 
@@ -216,231 +260,219 @@ pub trait TransformHost: Send + Sync + 'static {
 }
 
 impl Transforms {
-    /// Loads the deployment records (tasks start with [`Transforms::start_all`]).
+    /// Transforms kept under `dir` (checkpoints; tasks start with [`Transforms::start`]).
     pub fn open(dir: &Path, environment: Environment) -> Result<Transforms, TransformsError> {
         environment
             .storage
             .create_dir_all(dir)
             .map_err(|error| storage(&format!("create {}", dir.display()), error))?;
-        let records: Vec<DeploymentRecord> = match read_whole(&environment, &dir.join(RECORD_FILE)) {
-            Ok(Some(bytes)) => {
-                serde_json::from_slice(&bytes).map_err(|error| storage("read transforms.json", error))?
-            }
-            Ok(None) => Vec::new(),
-            Err(error) => return Err(storage("read transforms.json", error)),
-        };
-        let deployments = records
-            .into_iter()
-            .map(|record| {
-                let control = Control { paused: record.paused, generation: 0, replay_from: 0 };
-                let deployment = Deployment {
-                    progress: BTreeMap::new(),
-                    control: watch::channel(control).0,
-                    state: Arc::new(Mutex::new(if record.paused { "paused" } else { "starting" }.to_owned())),
-                    tasks: Vec::new(),
-                    record,
-                };
-                (deployment.record.name.clone(), deployment)
-            })
-            .collect();
         Ok(Transforms {
             dir: dir.to_path_buf(),
             environment,
-            deployments: Mutex::new(deployments),
+            running: Mutex::new(BTreeMap::new()),
             runtime: Mutex::new(None),
         })
     }
 
-    fn save(&self, deployments: &BTreeMap<String, Deployment>) -> Result<(), TransformsError> {
-        let records: Vec<&DeploymentRecord> = deployments.values().map(|deployment| &deployment.record).collect();
-        let bytes = serde_json::to_vec_pretty(&records).map_err(|error| storage("encode transforms.json", error))?;
-        write_atomically(&self.environment, &self.dir.join(RECORD_FILE), &bytes)
-            .map_err(|error| storage("write transforms.json", error))
+    /// The deployments a single-node broker kept before the cluster metadata
+    /// (`transforms.json`), if it has not been moved yet.
+    pub fn legacy_deployments(&self) -> Result<Option<Vec<LegacyDeployment>>, TransformsError> {
+        match read_whole(&self.environment, &self.dir.join(LEGACY_RECORD_FILE)) {
+            Ok(Some(bytes)) => {
+                serde_json::from_slice(&bytes).map(Some).map_err(|error| storage("read transforms.json", error))
+            }
+            Ok(None) => Ok(None),
+            Err(error) => Err(storage("read transforms.json", error)),
+        }
+    }
+
+    /// Stamps the checkpoints of a moved deployment with their producer ids,
+    /// so the tasks take them as their own.
+    pub fn adopt_legacy_checkpoints(&self, deployment: &LegacyDeployment) -> Result<(), TransformsError> {
+        for (&partition, &producer_id) in &deployment.producer_ids {
+            let path = self.checkpoint_path(&deployment.name, partition);
+            let Ok(Some(bytes)) = read_whole(&self.environment, &path) else { continue };
+            let Ok(mut checkpoint) = serde_json::from_slice::<Checkpoint>(&bytes) else { continue };
+            if checkpoint.producer_id.is_none() {
+                checkpoint.producer_id = Some(producer_id);
+                write_checkpoint(&self.environment, &path, &checkpoint)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets `transforms.json` aside once the metadata holds its deployments.
+    pub fn legacy_upgraded(&self) -> Result<(), TransformsError> {
+        let path = self.dir.join(LEGACY_RECORD_FILE);
+        let aside = self.dir.join(format!("{LEGACY_RECORD_FILE}.upgraded"));
+        let storage_error = |error| storage("set transforms.json aside", error);
+        self.environment.storage.rename(&path, &aside).map_err(storage_error)?;
+        self.environment.storage.sync_dir(&self.dir).map_err(storage_error)
     }
 
     fn checkpoint_path(&self, name: &str, partition: i32) -> PathBuf {
         self.dir.join(format!("{name}-{partition}.checkpoint.json"))
     }
 
-    /// Whether a deployment runs `plugin`.
-    pub fn uses_plugin(&self, plugin: &str) -> Vec<String> {
-        lock(&self.deployments).values().filter(|d| d.record.plugin == plugin).map(|d| d.record.name.clone()).collect()
+    /// Lets tasks run on `runtime` (the broker's, at serve); the next
+    /// [`Transforms::follow`] starts them.
+    pub fn start(&self, runtime: tokio::runtime::Handle) {
+        *lock(&self.runtime) = Some(runtime);
     }
 
-    /// Starts every deployment's tasks on `runtime` (the broker's, at serve).
-    pub fn start_all<H: TransformHost>(&self, node: &Arc<H>, runtime: tokio::runtime::Handle) {
-        *lock(&self.runtime) = Some(runtime);
-        let mut deployments = lock(&self.deployments);
-        for deployment in deployments.values_mut() {
-            if let Err(error) = self.spawn(node, deployment) {
-                *lock(&deployment.state) = format!("failed: {}", error.message());
+    /// Stops every task (broker shutdown); nothing runs until the next `start`.
+    pub fn stop_all(&self) {
+        *lock(&self.runtime) = None;
+        for running in lock(&self.running).values_mut() {
+            running.tasks.values().for_each(|(task, _)| task.abort());
+            running.tasks.clear();
+        }
+    }
+
+    /// Runs the tasks of `wanted` (every deployment, with the input partitions
+    /// this broker leads) and nothing else: tasks of deleted deployments and of
+    /// partitions led elsewhere now stop, pauses and replays reach the tasks,
+    /// and partitions led here start (a plugin that cannot start yet is retried
+    /// at the next follow).
+    pub fn follow<H: TransformHost>(&self, node: &Arc<H>, wanted: Vec<Wanted>) {
+        let Some(runtime) = lock(&self.runtime).clone() else { return };
+        let mut running = lock(&self.running);
+        let wanted: BTreeMap<String, Wanted> =
+            wanted.into_iter().map(|wanted| (wanted.transform.entry.name.clone(), wanted)).collect();
+        let gone: Vec<String> = running
+            .iter()
+            .filter(|(name, old)| wanted.get(*name).is_none_or(|new| new.transform.entry != old.entry))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            let old = running.remove(&name).expect("listed above");
+            old.tasks.values().for_each(|(task, _)| task.abort());
+            if !wanted.contains_key(&name) {
+                for partition in 0..old.entry.producer_ids.len() as i32 {
+                    let _ = self.environment.storage.remove_file(&self.checkpoint_path(&name, partition));
+                }
+            }
+        }
+        for (name, wanted) in wanted {
+            let control = Control::of(&wanted.transform);
+            let deployment = running.entry(name).or_insert_with(|| Running {
+                entry: wanted.transform.entry.clone(),
+                control: watch::channel(control).0,
+                state: Arc::new(Mutex::new("starting".to_owned())),
+                tasks: BTreeMap::new(),
+            });
+            deployment.control.send_if_modified(|current| std::mem::replace(current, control) != control);
+            deployment.tasks.retain(|partition, (task, _)| {
+                let keep = wanted.led.contains(partition) && !task.is_finished();
+                if !keep {
+                    task.abort();
+                }
+                keep
+            });
+            for &partition in &wanted.led {
+                if deployment.tasks.contains_key(&partition) {
+                    continue;
+                }
+                match self.spawn(node, deployment, partition, &runtime) {
+                    Ok(task) => {
+                        deployment.tasks.insert(partition, task);
+                    }
+                    Err(error) => {
+                        *lock(&deployment.state) = format!("failed: {}", error.message());
+                    }
+                }
+            }
+            let mut state = lock(&deployment.state);
+            let all_started = deployment.tasks.len() == wanted.led.len();
+            if control.paused {
+                *state = "paused".to_owned();
+            } else if all_started && (*state == "paused" || *state == "starting" || state.starts_with("failed")) {
+                *state = "running".to_owned();
             }
         }
     }
 
-    /// Stops every task (broker shutdown).
-    pub fn stop_all(&self) {
-        for deployment in lock(&self.deployments).values_mut() {
-            deployment.tasks.drain(..).for_each(|task| task.abort());
-        }
-    }
-
-    fn spawn<H: TransformHost>(&self, node: &Arc<H>, deployment: &mut Deployment) -> Result<(), TransformsError> {
-        let Some(runtime) = lock(&self.runtime).clone() else { return Ok(()) };
-        let record = &deployment.record;
-        for (&partition, &producer_id) in &record.producer_ids {
-            let plugin = node.start_transform_plugin(&record.plugin, record.config.clone())?;
-            let progress = deployment.progress.entry(partition).or_default().clone();
-            let task = PartitionTask {
-                node: node.clone(),
-                record: record.clone(),
-                partition,
-                producer_id,
-                plugin,
-                progress,
-                control: deployment.control.subscribe(),
-                state: deployment.state.clone(),
-                checkpoint_path: self.checkpoint_path(&record.name, partition),
-                environment: self.environment.clone(),
-            };
-            deployment.tasks.push(runtime.spawn(task.run()).abort_handle());
-        }
-        if !record.paused {
-            *lock(&deployment.state) = "running".to_owned();
-        }
-        Ok(())
-    }
-
-    /// Deploys a transform (the caller checked topics and plugin).
-    pub fn deploy<H: TransformHost>(
+    fn spawn<H: TransformHost>(
         &self,
         node: &Arc<H>,
-        spec: TransformSpec,
-        producer_ids: BTreeMap<i32, i64>,
-    ) -> Result<(), TransformsError> {
-        let input_partitions = producer_ids.len() as i32;
-        let name_ok = !spec.name.is_empty()
-            && spec.name.len() <= 128
-            && spec.name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
-        if !name_ok {
-            return Err(invalid(format!("transform name {:?}: use 1 to 128 of a-z A-Z 0-9 . _ -", spec.name)));
-        }
-        if spec.output_topics.is_empty() || spec.output_topics.len() > OUTPUTS_MAX {
-            return Err(invalid(format!("a transform has 1 to {OUTPUTS_MAX} output topics")));
-        }
-        if spec.output_topics.contains(&spec.input_topic) {
-            return Err(invalid("a transform's output topic cannot be its input topic"));
-        }
-        if spec.start < EARLIEST {
-            return Err(invalid(format!("start offset {} (use -2 earliest, -1 latest, or an offset)", spec.start)));
-        }
-        let mut deployments = lock(&self.deployments);
-        if deployments.contains_key(&spec.name) {
-            return Err(invalid(format!("a transform named {:?} exists; delete it first", spec.name)));
-        }
-        // `init` must accept the config before anything is recorded.
-        drop(node.start_transform_plugin(&spec.plugin, spec.config.clone())?);
-        let record = DeploymentRecord {
-            name: spec.name.clone(),
-            plugin: spec.plugin,
-            input_topic: spec.input_topic,
-            output_topics: spec.output_topics,
-            start: spec.start,
-            config: spec.config,
-            paused: false,
-            producer_ids,
+        deployment: &Running,
+        partition: i32,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<(tokio::task::AbortHandle, Arc<Progress>), TransformsError> {
+        let entry = &deployment.entry;
+        let plugin = node.start_transform_plugin(&entry.plugin, entry.config.clone())?;
+        let progress = Arc::new(Progress { next_offset: AtomicI64::new(-1), ..Progress::default() });
+        let task = PartitionTask {
+            node: node.clone(),
+            entry: entry.clone(),
+            partition,
+            producer_id: entry.producer_ids[partition as usize],
+            plugin,
+            progress: progress.clone(),
+            control: deployment.control.subscribe(),
+            state: deployment.state.clone(),
+            checkpoint_path: self.checkpoint_path(&entry.name, partition),
+            environment: self.environment.clone(),
         };
-        let control = Control { paused: false, generation: 0, replay_from: 0 };
-        let mut deployment = Deployment {
-            record,
-            progress: BTreeMap::new(),
-            control: watch::channel(control).0,
-            state: Arc::new(Mutex::new("starting".to_owned())),
-            tasks: Vec::new(),
-        };
-        for partition in 0..input_partitions {
-            let _ = self.environment.storage.remove_file(&self.checkpoint_path(&spec.name, partition));
-        }
-        self.spawn(node, &mut deployment)?;
-        deployments.insert(spec.name, deployment);
-        self.save(&deployments)
+        Ok((runtime.spawn(task.run()).abort_handle(), progress))
     }
 
-    pub fn list(&self, node: &impl TransformHost) -> Vec<TransformStatus> {
-        let deployments = lock(&self.deployments);
-        deployments
+    /// What this broker runs of each deployment (see [`LocalStatus`]).
+    pub fn local_status(&self, node: &impl TransformHost) -> Vec<LocalStatus> {
+        let running = lock(&self.running);
+        running
             .values()
             .map(|deployment| {
-                let record = &deployment.record;
-                let partitions = record
-                    .producer_ids
-                    .keys()
-                    .map(|&partition| {
-                        let progress = deployment.progress.get(&partition);
-                        let next = progress.map_or(-1, |progress| progress.next_offset.load(Ordering::Relaxed));
-                        let end = node.list_offset(&record.input_topic, partition, OffsetQuery::Latest);
+                let entry = &deployment.entry;
+                let partitions = deployment
+                    .tasks
+                    .iter()
+                    .map(|(&partition, (_, progress))| {
+                        let next = progress.next_offset.load(Ordering::Relaxed);
+                        let end = node.list_offset(&entry.input_topic, partition, OffsetQuery::Latest);
                         let lag = match (end, next) {
                             (Ok((end, _)), next) if next >= 0 => (end - next).max(0),
                             _ => -1,
                         };
-                        let count = |pick: fn(&Progress) -> &AtomicU64| {
-                            progress.map_or(0, |progress| pick(progress).load(Ordering::Relaxed))
-                        };
+                        let count = |pick: fn(&Progress) -> &AtomicU64| pick(progress).load(Ordering::Relaxed);
                         (partition, next, lag, count(|p| &p.processed), count(|p| &p.emitted))
                     })
                     .collect();
-                TransformStatus {
-                    name: record.name.clone(),
-                    plugin: record.plugin.clone(),
-                    input_topic: record.input_topic.clone(),
-                    output_topics: record.output_topics.clone(),
+                LocalStatus {
+                    name: entry.name.clone(),
+                    producer_ids: entry.producer_ids.clone(),
                     state: lock(&deployment.state).clone(),
                     partitions,
                 }
             })
             .collect()
     }
+}
 
-    /// pause, resume, delete, replay (from `offset`).
-    pub fn control(&self, name: &str, action: &str, offset: i64) -> Result<(), TransformsError> {
-        let mut deployments = lock(&self.deployments);
-        let Some(deployment) = deployments.get_mut(name) else {
-            return Err(TransformsError::NotFound(format!("no transform named {name:?}")));
-        };
-        match action {
-            "pause" | "resume" => {
-                let paused = action == "pause";
-                deployment.record.paused = paused;
-                deployment.control.send_modify(|control| control.paused = paused);
-                *lock(&deployment.state) = if paused { "paused" } else { "running" }.to_owned();
-            }
-            "replay" => {
-                if offset < EARLIEST {
-                    return Err(invalid(format!("replay offset {offset} (use -2 earliest, -1 latest, or an offset)")));
-                }
-                deployment.control.send_modify(|control| {
-                    control.generation += 1;
-                    control.replay_from = offset;
-                });
-            }
-            "delete" => {
-                let deployment = deployments.remove(name).expect("looked up above");
-                deployment.tasks.iter().for_each(tokio::task::AbortHandle::abort);
-                for partition in deployment.record.producer_ids.keys() {
-                    let _ = self.environment.storage.remove_file(&self.checkpoint_path(name, *partition));
-                }
-                return self.save(&deployments);
-            }
-            other => return Err(invalid(format!("transform action {other:?}: use pause, resume, replay or delete"))),
-        }
-        self.save(&deployments)
-    }
+/// Checks a deployment request before producer ids are allocated for it; the
+/// controller checks the rest against the metadata.
+pub fn check_spec(spec: &TransformSpec) -> Result<(), TransformsError> {
+    let entry = TransformEntry {
+        name: spec.name.clone(),
+        plugin: spec.plugin.clone(),
+        input_topic: spec.input_topic.clone(),
+        output_topics: spec.output_topics.clone(),
+        start: spec.start,
+        config: Vec::new(),
+        producer_ids: vec![0],
+    };
+    broker_core::cluster::check_transform_entry(&entry).map_err(invalid)
+}
+
+fn write_checkpoint(environment: &Environment, path: &Path, checkpoint: &Checkpoint) -> Result<(), TransformsError> {
+    let bytes = serde_json::to_vec(checkpoint).map_err(|error| storage("encode a checkpoint", error))?;
+    write_atomically(environment, path, &bytes).map_err(|error| storage("write a checkpoint", error))
 }
 
 /// The task of one input partition; see the module docs.
 struct PartitionTask<H> {
     node: Arc<H>,
-    record: DeploymentRecord,
+    entry: TransformEntry,
     partition: i32,
     producer_id: i64,
     plugin: plugin_host::Plugin,
@@ -458,47 +490,59 @@ impl<H: TransformHost> PartitionTask<H> {
             LATEST => OffsetQuery::Latest,
             offset => return Ok(offset),
         };
-        Ok(self.node.list_offset(&self.record.input_topic, self.partition, query)?.0)
+        Ok(self.node.list_offset(&self.entry.input_topic, self.partition, query)?.0)
     }
 
     fn save(&self, checkpoint: &Checkpoint) -> Result<(), TransformsError> {
-        let bytes = serde_json::to_vec(checkpoint).map_err(|error| storage("encode a checkpoint", error))?;
-        write_atomically(&self.environment, &self.checkpoint_path, &bytes)
-            .map_err(|error| storage("write a checkpoint", error))
+        write_checkpoint(&self.environment, &self.checkpoint_path, checkpoint)
     }
 
     fn fail(&self, message: String) {
-        tracing::warn!(transform = %self.record.name, partition = self.partition, %message, "transform stalled");
+        tracing::warn!(transform = %self.entry.name, partition = self.partition, %message, "transform stalled");
         *lock(&self.state) = format!("retrying: {message}");
         self.plugin.log().push("error", format!("host: partition {}: {message}", self.partition));
     }
 
     async fn run(mut self) {
-        let mut checkpoint = match read_whole(&self.environment, &self.checkpoint_path)
+        // This deployment's checkpoint, if there is one.
+        let stored = read_whole(&self.environment, &self.checkpoint_path)
             .ok()
             .flatten()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        {
-            Some(checkpoint) => checkpoint,
-            None => loop {
-                match self.resolve(self.record.start) {
-                    Ok(next_offset) => break Checkpoint { next_offset, sequences: BTreeMap::new() },
-                    Err(error) => self.fail(error.message()),
-                }
-                tokio::time::sleep(RETRY_PAUSE).await;
-            },
-        };
-        let mut generation = self.control.borrow().generation;
+            .and_then(|bytes| serde_json::from_slice::<Checkpoint>(&bytes).ok())
+            .filter(|checkpoint| checkpoint.producer_id == Some(self.producer_id));
+        // A replay recorded while this partition was not running here still
+        // happens, once (a first start resolves the deployment's start offset).
+        let mut generation = stored.as_ref().map_or(0, |checkpoint| checkpoint.replay_generation);
+        let mut checkpoint = stored.unwrap_or_else(|| Checkpoint {
+            next_offset: -1,
+            sequences: BTreeMap::new(),
+            producer_id: Some(self.producer_id),
+            replay_generation: 0,
+        });
+        let mut starting = checkpoint.next_offset < 0;
         let mut buffers = vec![Vec::new()];
         loop {
             let control = *self.control.borrow_and_update();
-            if control.generation != generation {
-                generation = control.generation;
+            if starting || control.generation > generation {
                 match self.resolve(control.replay_from) {
-                    Ok(offset) => checkpoint.next_offset = offset,
-                    Err(error) => self.fail(error.message()),
+                    Ok(offset) => {
+                        checkpoint.next_offset = offset;
+                        checkpoint.replay_generation = control.generation;
+                        if let Err(error) = self.save(&checkpoint) {
+                            self.fail(error.message());
+                        }
+                        generation = control.generation;
+                        starting = false;
+                    }
+                    Err(error) => {
+                        self.fail(error.message());
+                        tokio::select! {
+                            _ = tokio::time::sleep(RETRY_PAUSE) => {}
+                            _ = self.control.changed() => {}
+                        }
+                        continue;
+                    }
                 }
-                let _ = self.save(&checkpoint);
             }
             self.progress.next_offset.store(checkpoint.next_offset, Ordering::Relaxed);
             if control.paused {
@@ -506,7 +550,7 @@ impl<H: TransformHost> PartitionTask<H> {
                 continue;
             }
             let fetch = PartitionFetch {
-                topic: self.record.input_topic.clone(),
+                topic: self.entry.input_topic.clone(),
                 partition: self.partition,
                 offset: checkpoint.next_offset,
                 max_bytes: FETCH_BYTES,
@@ -582,13 +626,13 @@ impl<H: TransformHost> PartitionTask<H> {
         let count = input.len() as u64;
         let outcome = self
             .plugin
-            .process(&self.record.input_topic, self.partition as u32, &mut input, self.record.output_topics.len())
-            .map_err(|error| TransformsError::PluginFailed(format!("plugin {:?}: {error}", self.record.plugin)))?;
+            .process(&self.entry.input_topic, self.partition as u32, &mut input, self.entry.output_topics.len())
+            .map_err(|error| TransformsError::PluginFailed(format!("plugin {:?}: {error}", self.entry.plugin)))?;
         let outputs = outcome.records.records().map_err(|error| TransformsError::PluginFailed(error.to_string()))?;
         // One batch per output partition, in output order.
         let mut batches: BTreeMap<(usize, i32), BatchBuilder> = BTreeMap::new();
         for (record, topic_index) in outputs.iter().zip(&outcome.topic_index) {
-            let topic = &self.record.output_topics[usize::from(*topic_index)];
+            let topic = &self.entry.output_topics[usize::from(*topic_index)];
             let partitions = self.node.partition_count(topic)?;
             let partition = match (self.node.plugin_partition(topic, partitions, record)?, record.key) {
                 (Some(partition), _) => partition as i32,
@@ -604,7 +648,7 @@ impl<H: TransformHost> PartitionTask<H> {
         let mut sequences = checkpoint.sequences.clone();
         let mut emitted = 0;
         for ((topic_index, partition), builder) in batches {
-            let topic = self.record.output_topics[topic_index].clone();
+            let topic = self.entry.output_topics[topic_index].clone();
             let key = format!("{topic}/{partition}");
             let sequence = sequences.get(&key).copied().unwrap_or(0);
             let builder = builder.producer(self.producer_id, 0, sequence);

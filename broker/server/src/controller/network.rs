@@ -45,6 +45,11 @@ pub enum RaftCallKind {
     /// The bytes of a plugin, by digest (served by the broker, not its
     /// controller: a broker that lacks a registered plugin fetches it).
     FetchPlugin,
+    /// A transform task's output batch, forwarded to the leader of its output
+    /// partition (served by the broker).
+    Produce,
+    /// What a broker runs of each transform (`listTransforms` on another broker).
+    TransformStatus,
 }
 
 impl RaftCallKind {
@@ -57,6 +62,8 @@ impl RaftCallKind {
             RaftCallKind::BrokerHeartbeat => "broker-heartbeat",
             RaftCallKind::AddLearner => "add-learner",
             RaftCallKind::FetchPlugin => "fetch-plugin",
+            RaftCallKind::Produce => "produce",
+            RaftCallKind::TransformStatus => "transform-status",
         }
     }
 
@@ -69,6 +76,8 @@ impl RaftCallKind {
             RaftCallKind::BrokerHeartbeat,
             RaftCallKind::AddLearner,
             RaftCallKind::FetchPlugin,
+            RaftCallKind::Produce,
+            RaftCallKind::TransformStatus,
         ];
         kinds.into_iter().find(|kind| kind.name() == name)
     }
@@ -217,7 +226,9 @@ impl Controller {
                 let learner: super::learners::Learner = serde_json::from_slice(request).map_err(bad)?;
                 answer(&self.add_learner(&learner).await)
             }
-            RaftCallKind::FetchPlugin => Err("this broker is starting; it serves plugins once open".to_owned()),
+            RaftCallKind::FetchPlugin | RaftCallKind::Produce | RaftCallKind::TransformStatus => {
+                Err(format!("this broker is starting; it serves {} calls once open", kind.name()))
+            }
         }
     }
 }

@@ -49,10 +49,10 @@ use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, LogDirCon
 use crate::metadata_store::MetadataError;
 use crate::partition::{lock, Partition};
 use crate::plugins::{hook_name, validate_name, FailurePolicy, PluginSummary, Plugins, StoredUpload};
-use crate::transforms::{TransformHost, TransformSpec, TransformStatus, Transforms};
+use crate::transforms::{LocalStatus, TransformHost, TransformSpec, TransformStatus, Transforms, Wanted};
 use broker_core::cluster::{
     AttachmentEntry, BrokerRegistration, ControllerError, ControllerRequest, ControllerResponse, IsrChoice,
-    PluginEntry, TopicImage,
+    PluginEntry, TopicImage, TransformEntry, TransformImage,
 };
 use broker_core::group::assignor::TopicPartition as GroupPartition;
 use broker_core::group::coordinator::{
@@ -315,6 +315,7 @@ impl Node {
         legacy.finish(&node)?;
         node.upgrade_plugin_registry().await?;
         node.follow_plugins().await;
+        node.upgrade_transforms().await?;
         // Partitions open: now this broker may lead, and the cluster's internal
         // topics can be placed over the brokers that may.
         node.unfence().await?;
@@ -449,9 +450,10 @@ fn controller_error(error: SubmitError<ControllerError>) -> ApiError {
                 ControllerError::UnknownPlugin(_) | ControllerError::NotAttached(_) => ErrorCode::PluginNotFound,
                 ControllerError::PluginInUse(_) => ErrorCode::PluginInUse,
                 ControllerError::PluginHookMismatch(_) => ErrorCode::InvalidPlugin,
-                ControllerError::AttachmentConflict(_) | ControllerError::InvalidPluginEntry(_) => {
-                    ErrorCode::InvalidRequest
-                }
+                ControllerError::AttachmentConflict(_)
+                | ControllerError::InvalidPluginEntry(_)
+                | ControllerError::InvalidTransform(_) => ErrorCode::InvalidRequest,
+                ControllerError::UnknownTransform(_) => ErrorCode::PluginNotFound,
             };
             ApiError::new(code, refused.to_string())
         }

@@ -74,11 +74,6 @@ impl Node {
 
     /// Removes a plugin attached nowhere and run by no transform.
     pub async fn delete_plugin(&self, name: &str) -> Result<(), ApiError> {
-        let users = self.transforms.uses_plugin(name);
-        if !users.is_empty() {
-            let message = format!("plugin {name:?} runs in transform(s) {users:?}; delete them first");
-            return Err(ApiError::new(ErrorCode::PluginInUse, message));
-        }
         self.request(&ControllerRequest::RemovePlugin { name: name.to_owned() }).await?;
         self.follow_plugins().await;
         Ok(())
@@ -89,31 +84,97 @@ impl Node {
         Ok(self.topic(topic)?.slots.len() as u32)
     }
 
-    /// Deploys a transform (see [`crate::transforms`]).
+    /// Deploys a transform (see [`crate::transforms`]) on the whole cluster:
+    /// one producer id per input partition, `init(config)` checked here, then
+    /// recorded by the controller; the leader of each input partition runs it.
     pub async fn deploy_transform(self: &Arc<Self>, spec: TransformSpec) -> Result<(), ApiError> {
-        self.refuse_in_a_cluster("transforms")?;
+        crate::transforms::check_spec(&spec)?;
         for topic in std::iter::once(&spec.input_topic).chain(&spec.output_topics) {
             if is_internal(topic) {
                 return Err(ApiError::new(ErrorCode::InvalidTopic, format!("{topic:?} is an internal topic")));
             }
             self.topic(topic)?;
         }
-        let partitions = self.partition_count(&spec.input_topic)? as i32;
-        // One idempotent producer per input partition (its outputs dedup on retry).
-        let mut producer_ids = BTreeMap::new();
-        for partition in 0..partitions {
-            producer_ids.insert(partition, self.init_producer_id().await?.0);
+        let exists = self.controller.read(|image| image.transforms.contains_key(&spec.name));
+        if exists {
+            let message = format!("a transform named {:?} exists; delete it first", spec.name);
+            return Err(ApiError::new(ErrorCode::InvalidRequest, message));
         }
-        let node = self.clone();
-        blocking(move || node.transforms.deploy(&node, spec, producer_ids)).await
+        // `init` must accept the config before anything is recorded (with the
+        // plugin's bytes fetched first if this broker lacks them yet).
+        let registered = self.controller.read(|image| image.plugins.get(&spec.plugin).cloned());
+        if let Some(entry) = registered {
+            let (plugins, digest) = (self.plugins.clone(), entry.digest.clone());
+            let here = blocking(move || plugins.wasm(&digest).map(drop)).await.is_ok();
+            if !here && self.fetch_plugin(&entry).await {
+                self.follow_plugins().await;
+            }
+        }
+        let (plugins, plugin, config) = (self.plugins.clone(), spec.plugin.clone(), spec.config.clone());
+        blocking(move || plugins.start_transform(&plugin, config).map(drop)).await?;
+        let partitions = self.partition_count(&spec.input_topic)?;
+        // One idempotent producer per input partition (its outputs dedup on retry).
+        let mut producer_ids = Vec::with_capacity(partitions as usize);
+        for _ in 0..partitions {
+            producer_ids.push(self.init_producer_id().await?.0);
+        }
+        let entry = TransformEntry {
+            name: spec.name,
+            plugin: spec.plugin,
+            input_topic: spec.input_topic,
+            output_topics: spec.output_topics,
+            start: spec.start,
+            config: spec.config,
+            producer_ids,
+        };
+        self.request(&ControllerRequest::DeployTransform(entry)).await?;
+        self.follow_transforms();
+        Ok(())
     }
 
-    pub fn list_transforms(&self) -> Vec<TransformStatus> {
-        self.transforms.list(self)
+    /// Every deployment, with the progress of each input partition as the
+    /// broker that leads it reports (asked over the broker links; a broker
+    /// that does not answer shows its partitions at -1 and says so in the state).
+    pub async fn list_transforms(&self) -> Vec<TransformStatus> {
+        let (deployments, leaders) = self.controller.read(|image| {
+            let deployments: Vec<TransformImage> = image.transforms.values().cloned().collect();
+            let mut leaders: BTreeMap<i32, String> = BTreeMap::new();
+            for transform in &deployments {
+                let Some(topic) = image.topics.get(&transform.entry.input_topic) else { continue };
+                for state in &topic.partitions {
+                    if state.leader == self.broker.id {
+                        continue;
+                    }
+                    if let Some(broker) = image.brokers.get(&state.leader) {
+                        let registration = &broker.registration;
+                        leaders.insert(state.leader, format!("{}:{}", registration.host, registration.port));
+                    }
+                }
+            }
+            (deployments, leaders)
+        });
+        let mut reports: Vec<(i32, Result<Vec<LocalStatus>, String>)> =
+            vec![(self.broker.id, Ok(self.transforms.local_status(self)))];
+        let asks = leaders.into_iter().map(|(broker_id, address)| async move {
+            let call =
+                self.controller.call_broker(broker_id as u64, &address, RaftCallKind::TransformStatus, Vec::new());
+            let report = match call.await {
+                Ok(bytes) => serde_json::from_slice(&bytes).map_err(|error| error.to_string()),
+                Err(error) => Err(error.to_string()),
+            };
+            (broker_id, report)
+        });
+        reports.extend(futures::future::join_all(asks).await);
+        deployments.into_iter().map(|transform| merge_status(transform, &reports)).collect()
     }
 
-    pub fn control_transform(&self, name: &str, action: &str, offset: i64) -> Result<(), ApiError> {
-        Ok(self.transforms.control(name, action, offset)?)
+    /// Pauses, resumes, replays (from `offset`) or deletes a transform, on
+    /// every broker that runs it.
+    pub async fn control_transform(self: &Arc<Self>, name: &str, action: &str, offset: i64) -> Result<(), ApiError> {
+        let request = ControllerRequest::ControlTransform { name: name.to_owned(), action: action.to_owned(), offset };
+        self.request(&request).await?;
+        self.follow_transforms();
+        Ok(())
     }
 
     /// Stops the transforms' tasks (before the partitions close).
@@ -121,9 +182,102 @@ impl Node {
         self.transforms.stop_all();
     }
 
-    /// Starts the deployed transforms' tasks on `runtime` (the server does, at serve).
+    /// Lets the transforms' tasks run on `runtime` (the server does, at
+    /// serve), and starts those of the input partitions led here.
     pub fn start_transforms(self: &Arc<Self>, runtime: tokio::runtime::Handle) {
-        self.transforms.start_all(self, runtime);
+        self.transforms.start(runtime);
+        self.follow_transforms();
+    }
+
+    /// Runs the tasks of the input partitions this broker leads, as the
+    /// applied metadata says (see `Transforms::follow`).
+    pub(super) fn follow_transforms(self: &Arc<Self>) {
+        let wanted = self.controller.read(|image| {
+            image
+                .transforms
+                .values()
+                .map(|transform| {
+                    let led = image.topics.get(&transform.entry.input_topic).map_or_else(Vec::new, |topic| {
+                        let partitions = topic.partitions.iter().enumerate();
+                        partitions
+                            .filter(|(_, state)| state.leader == self.broker.id)
+                            .map(|(partition, _)| partition as i32)
+                            .filter(|partition| (*partition as usize) < transform.entry.producer_ids.len())
+                            .collect()
+                    });
+                    Wanted { transform: transform.clone(), led }
+                })
+                .collect()
+        });
+        self.transforms.follow(self, wanted);
+    }
+
+    /// This broker's part of `listTransforms`, encoded for another broker.
+    pub fn local_transform_status(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.transforms.local_status(self)).unwrap_or_default()
+    }
+
+    /// Moves the deployments a single-node broker kept (`transforms.json`)
+    /// into the cluster metadata, with their producer ids, pause state and
+    /// checkpoints; then sets the file aside (`transforms.json.upgraded`).
+    pub(super) async fn upgrade_transforms(&self) -> Result<(), NodeError> {
+        let Some(legacy) = self.transforms.legacy_deployments().map_err(NodeError::Transforms)? else {
+            return Ok(());
+        };
+        for deployment in legacy {
+            let known = self.controller.read(|image| image.transforms.get(&deployment.name).map(|t| t.entry.clone()));
+            let entry = TransformEntry {
+                name: deployment.name.clone(),
+                plugin: deployment.plugin.clone(),
+                input_topic: deployment.input_topic.clone(),
+                output_topics: deployment.output_topics.clone(),
+                start: deployment.start,
+                config: deployment.config.clone(),
+                producer_ids: deployment.producer_ids.values().copied().collect(),
+            };
+            let ids_in_order = deployment.producer_ids.keys().copied().eq(0..deployment.producer_ids.len() as i32);
+            match known {
+                Some(known) if known == entry => {}
+                Some(_) => {
+                    tracing::warn!(transform = %deployment.name, "the cluster has another transform under this name");
+                    continue;
+                }
+                None if !ids_in_order => {
+                    tracing::warn!(transform = %deployment.name, "not moved: its producer ids do not cover 0..n");
+                    continue;
+                }
+                None => match self.request(&ControllerRequest::DeployTransform(entry)).await {
+                    Ok(_) => {}
+                    Err(error) if error.code == ErrorCode::RequestTimedOut || error.code == ErrorCode::StorageError => {
+                        let message = format!(
+                            "moving transform {:?} into the cluster metadata: {}",
+                            deployment.name, error.message
+                        );
+                        return Err(NodeError::Controller(message));
+                    }
+                    Err(error) => {
+                        tracing::warn!(transform = %deployment.name, %error, "not moved into the cluster metadata: refused");
+                        continue;
+                    }
+                },
+            }
+            if deployment.paused {
+                let pause = ControllerRequest::ControlTransform {
+                    name: deployment.name.clone(),
+                    action: "pause".to_owned(),
+                    offset: 0,
+                };
+                let paused =
+                    self.controller.read(|image| image.transforms.get(&deployment.name).is_some_and(|t| t.paused));
+                if !paused {
+                    self.request(&pause).await.map_err(|error| NodeError::Controller(error.message))?;
+                }
+            }
+            self.transforms.adopt_legacy_checkpoints(&deployment).map_err(NodeError::Transforms)?;
+        }
+        self.transforms.legacy_upgraded().map_err(NodeError::Transforms)?;
+        tracing::info!("transform deployments moved into the cluster metadata (transforms.json.upgraded)");
+        Ok(())
     }
 
     /// Attaches an interceptor (or sets the partitioner) of an existing,
@@ -210,6 +364,7 @@ impl Node {
             }
             if fetched {
                 self.follow_plugins().await;
+                self.follow_transforms();
                 continue;
             }
             let _ = tokio::time::timeout(PLUGIN_FETCH_RETRY, self.plugins_wanted.notified()).await;
@@ -372,20 +527,46 @@ impl Node {
     }
 }
 
-impl Node {
-    /// Transforms are still kept by each broker: in a cluster a transform would
-    /// read partitions led elsewhere. Refused until they move into the cluster
-    /// metadata.
-    fn refuse_in_a_cluster(&self, what: &str) -> Result<(), ApiError> {
-        let brokers = self.controller.voters().len() + self.controller.learners().len();
-        if brokers <= 1 {
-            return Ok(());
+/// One deployment as the brokers that lead its input partitions report it.
+fn merge_status(transform: TransformImage, reports: &[(i32, Result<Vec<LocalStatus>, String>)]) -> TransformStatus {
+    let entry = transform.entry;
+    let mut partitions: BTreeMap<i32, (i32, i64, i64, u64, u64)> =
+        (0..entry.producer_ids.len() as i32).map(|partition| (partition, (partition, -1, -1, 0, 0))).collect();
+    let mut states = Vec::new();
+    for (broker_id, report) in reports {
+        let report = match report {
+            Ok(report) => report,
+            Err(error) => {
+                states.push(format!("broker {broker_id} unreachable: {error}"));
+                continue;
+            }
+        };
+        let Some(local) =
+            report.iter().find(|local| local.name == entry.name && local.producer_ids == entry.producer_ids)
+        else {
+            continue;
+        };
+        for progress in &local.partitions {
+            partitions.insert(progress.0, *progress);
         }
-        let message = format!(
-            "{what} are kept by each broker and not yet supported in a cluster of {brokers} brokers \
-             (they will move into the cluster metadata)"
-        );
-        Err(ApiError::new(ErrorCode::InvalidRequest, message))
+        if local.state != "running" && local.state != "paused" && !local.partitions.is_empty()
+            || local.state.starts_with("failed")
+        {
+            states.push(format!("{} (broker {broker_id})", local.state));
+        }
+    }
+    let state = match (transform.paused, states.first()) {
+        (true, _) => "paused".to_owned(),
+        (false, Some(first)) => first.clone(),
+        (false, None) => "running".to_owned(),
+    };
+    TransformStatus {
+        name: entry.name,
+        plugin: entry.plugin,
+        input_topic: entry.input_topic,
+        output_topics: entry.output_topics,
+        state,
+        partitions: partitions.into_values().collect(),
     }
 }
 
@@ -426,9 +607,110 @@ impl TransformHost for Node {
         Node::fetch_many(self, partitions, min_bytes, max_wait_ms, max_bytes, buffers).await
     }
 
+    /// Here when this broker leads the partition (or nobody does: the answer
+    /// says so), else forwarded to its leader.
     async fn produce(&self, request: ProduceRequest) -> Result<Produced, ApiError> {
-        Node::produce(self, request).await
+        let leader = self.controller.read(|image| {
+            let state = image.partition(&request.topic, request.partition.max(0) as u32).ok()?;
+            let broker = image.brokers.get(&state.leader)?;
+            Some((state.leader, format!("{}:{}", broker.registration.host, broker.registration.port)))
+        });
+        match leader {
+            Some((leader, address)) if leader != self.broker.id => {
+                let call = self.controller.call_broker(
+                    leader as u64,
+                    &address,
+                    RaftCallKind::Produce,
+                    encode_forwarded_produce(&request),
+                );
+                let answer = call.await.map_err(|error| {
+                    ApiError::new(ErrorCode::NotLeaderOrFollower, format!("forwarding to broker {leader}: {error}"))
+                })?;
+                decode_forwarded_answer(&answer)
+            }
+            _ => Node::produce(self, request).await,
+        }
     }
+}
+
+/// A produce another broker's transform forwards to this one (the leader):
+/// `[u32 LE header length][header JSON][batches]`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ForwardedProduce {
+    topic: String,
+    partition: i32,
+    acks: i16,
+    timeout_ms: u32,
+}
+
+fn encode_forwarded_produce(request: &ProduceRequest) -> Vec<u8> {
+    let acks = match request.acks {
+        Acks::None => 0,
+        Acks::Leader => 1,
+        Acks::All => -1,
+    };
+    let header = ForwardedProduce {
+        topic: request.topic.clone(),
+        partition: request.partition,
+        acks,
+        timeout_ms: request.timeout_ms,
+    };
+    let header = serde_json::to_vec(&header).unwrap_or_default();
+    let mut payload = Vec::with_capacity(4 + header.len() + request.batches.len());
+    payload.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    payload.extend_from_slice(&header);
+    payload.extend_from_slice(&request.batches);
+    payload
+}
+
+/// The answer to a forwarded produce: `Ok(Produced)` or `Err((code, message))`, as JSON.
+type ForwardedAnswer = Result<(i64, i64), (u16, String)>;
+
+fn decode_forwarded_answer(bytes: &[u8]) -> Result<Produced, ApiError> {
+    let answer: ForwardedAnswer = serde_json::from_slice(bytes).map_err(|error| {
+        ApiError::new(ErrorCode::UnknownServerError, format!("a forwarded produce's answer: {error}"))
+    })?;
+    match answer {
+        Ok((base_offset, log_start_offset)) => Ok(Produced { base_offset, log_start_offset }),
+        Err((code, message)) => {
+            Err(ApiError::new(ErrorCode::from_u16(code).unwrap_or(ErrorCode::UnknownServerError), message))
+        }
+    }
+}
+
+impl Node {
+    /// Carries out a produce forwarded by another broker's transform task
+    /// (`controllerCall` kind `produce`); the answer is encoded for it.
+    pub async fn produce_forwarded(&self, payload: &[u8]) -> Vec<u8> {
+        let answer: ForwardedAnswer = match decode_forwarded_produce(payload) {
+            Ok(request) => match self.produce(request).await {
+                Ok(produced) => Ok((produced.base_offset, produced.log_start_offset)),
+                Err(error) => Err((error.code as u16, error.message)),
+            },
+            Err(message) => Err((ErrorCode::InvalidRequest as u16, message)),
+        };
+        serde_json::to_vec(&answer).unwrap_or_default()
+    }
+}
+
+fn decode_forwarded_produce(payload: &[u8]) -> Result<ProduceRequest, String> {
+    let length = payload.get(..4).ok_or("a forwarded produce without its header")?;
+    let length = u32::from_le_bytes(length.try_into().map_err(|_| "header length")?) as usize;
+    let header = payload.get(4..4 + length).ok_or("a forwarded produce's header is cut short")?;
+    let header: ForwardedProduce = serde_json::from_slice(header).map_err(|error| error.to_string())?;
+    let acks = match header.acks {
+        0 => Acks::None,
+        1 => Acks::Leader,
+        -1 => Acks::All,
+        other => return Err(format!("acks {other}")),
+    };
+    Ok(ProduceRequest {
+        topic: header.topic,
+        partition: header.partition,
+        acks,
+        timeout_ms: header.timeout_ms,
+        batches: payload[4 + length..].to_vec(),
+    })
 }
 
 /// Runs blocking plugin work (compiling, instantiating, file IO) off the

@@ -122,15 +122,18 @@ impl Node {
 
     /// Reconciles whenever the applied image moves (changes made on other
     /// brokers, leadership moved by the controller); runs until aborted.
-    /// Plugins follow too (their bytes are fetched apart, by `fetch_plugins`).
+    /// Plugins and transforms follow too (plugin bytes are fetched apart, by
+    /// `fetch_plugins`).
     pub async fn follow_metadata(self: Arc<Self>) {
         let mut applied_index = self.controller.applied().applied_index.clone();
         self.follow_plugins().await;
+        self.follow_transforms();
         while applied_index.changed().await.is_ok() {
             if let Err(error) = self.reconcile_off_thread().await {
                 tracing::error!(%error, "local partitions do not follow the cluster metadata");
             }
             self.follow_plugins().await;
+            self.follow_transforms();
         }
     }
 
