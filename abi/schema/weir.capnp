@@ -96,11 +96,12 @@ interface Admin {
   detachPlugin @14 (topic :Text, hook :Text, plugin :Text) -> (error :Error);
   listAttachments @15 (topic :Text) -> (attachments :List(PluginAttachment), error :Error);   # empty topic = all
 
-  # Transforms: a transform plugin run by the broker over every committed record
-  # of an input topic, producing to up to 8 output topics through the idempotent
-  # path (sequence numbers checkpointed with the input offset: no duplicate
-  # outputs after a restart). Output partitions come from the output topic's
-  # key partitioning (Kafka murmur2), so records can be re-keyed.
+  # Transforms: a transform plugin run over every committed record of an input
+  # topic (by the leader of each input partition), producing to up to 8 output
+  # topics through the idempotent path (sequence numbers checkpointed with the
+  # input offset: no duplicate outputs after a restart). Output partitions come
+  # from the output topic's partitioner (its plugin, else Kafka murmur2 of the
+  # key), so records can be re-keyed. Deployments are cluster-wide.
   deployTransform @16 (spec :TransformSpec) -> (error :Error);
   listTransforms @17 () -> (transforms :List(TransformStatus));
   # action: pause, resume, delete, or replay (from `offset`: -2 earliest, -1 latest,
@@ -111,6 +112,9 @@ interface Admin {
   # The cluster as the answering broker sees it: brokers with their epoch and
   # state, the active controller, the voters, metadata offsets.
   describeCluster @20 () -> (cluster :ClusterDescription);
+  # Moves the leadership of every partition whose preferred replica (the first)
+  # is active and in the ISR but does not lead back to it; answers how many moved.
+  electPreferredLeaders @21 () -> (moved :UInt32, error :Error);
 }
 
 struct ClusterDescription {

@@ -16,12 +16,26 @@ pub enum ClusterCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Move the leadership of every partition back to its preferred replica (the
+    /// first of its replicas) where that broker is active and in sync, so
+    /// leaders are spread as placement made them after brokers came back.
+    ElectLeaders {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
 }
 
 pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
     match command {
         ClusterCommand::Status { client } => status(&client).await,
+        ClusterCommand::ElectLeaders { client } => elect_leaders(&client).await,
     }
+}
+
+async fn elect_leaders(client: &ClientArgs) -> anyhow::Result<()> {
+    let moved = Admin::new(client.common())?.elect_preferred_leaders().await?;
+    print(client.format, json!({ "moved": moved }), || format!("{moved} partition(s) moved to their preferred leader"));
+    Ok(())
 }
 
 async fn status(client: &ClientArgs) -> anyhow::Result<()> {

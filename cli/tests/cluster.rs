@@ -228,6 +228,14 @@ fn three_brokers_spread_a_topic_fail_over_and_bring_every_record_back() {
     let mut read = consume_all(&cluster.address(active), "orders");
     read.sort();
     assert_eq!(read, expected, "records after the restart");
+    // Every partition is back on its preferred replica (the returning broker
+    // took its own back when unfenced): a preferred-leader election moves none.
+    let elected = json(&cluster.address(survivor), &["cluster", "elect-leaders"]).unwrap();
+    assert_eq!(elected["moved"], 0, "{elected}");
+    let description = json(&cluster.address(survivor), &["topic", "describe", "orders"]).unwrap();
+    for partition in description["partitions"].as_array().unwrap() {
+        assert_eq!(partition["leader"], partition["replicas"][0], "{description}");
+    }
 }
 
 #[test]
@@ -506,10 +514,14 @@ fn a_transform_runs_on_the_leader_of_each_input_partition_and_survives_a_kill() 
     });
     let (ok, _, stderr) = weir(&cluster.address(2), &["plugin", "delete", "route"], None);
     assert!(!ok && stderr.contains("runs in transform"), "{stderr}");
+    let (ok, _, stderr) = weir(&cluster.address(3), &["topic", "delete", "eu"], None);
+    assert!(!ok && stderr.contains("delete them first"), "{stderr}");
     let (ok, _, stderr) = weir(&cluster.address(2), &["transform", "delete", "route"], None);
     assert!(ok, "{stderr}");
     wait_for(&cluster, "the transform gone from broker 1", || {
         let (ok, stdout, _) = weir(&cluster.address(1), &["transform", "list", "--format", "json"], None);
         (ok && !stdout.contains("\"route\"")).then_some(())
     });
+    let (ok, _, stderr) = weir(&cluster.address(3), &["topic", "delete", "eu"], None);
+    assert!(ok, "{stderr}");
 }

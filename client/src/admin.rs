@@ -353,6 +353,26 @@ impl Admin {
         .await
     }
 
+    /// Moves the leadership of every partition back to its preferred replica
+    /// (the first) where that broker is active and in sync; returns how many
+    /// partitions moved.
+    pub async fn elect_preferred_leaders(&self) -> Result<u32, ClientError> {
+        self.with_admin("elect preferred leaders", move |admin, address| async move {
+            let response = admin
+                .elect_preferred_leaders_request()
+                .send()
+                .promise
+                .await
+                .map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            if response.has_error() {
+                return Err(broker_error(response.get_error()?));
+            }
+            Ok(response.get_moved())
+        })
+        .await
+    }
+
     /// Sets config overrides; an empty value resets the key to the broker default.
     pub async fn alter_topic_config(&self, name: &str, configs: Vec<(String, String)>) -> Result<(), ClientError> {
         let topic = name.to_owned();

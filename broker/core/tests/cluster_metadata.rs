@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use broker_core::cluster::{
-    ApplyError, AttachmentEntry, BrokerRegistration, ClusterImage, ControllerError, InitialIsr, MetadataRecord,
-    PartitionState, PluginEntry, TransformEntry, NO_LEADER,
+    ApplyError, AttachmentEntry, BrokerRegistration, ClusterImage, ControllerError, ControllerRequest, InitialIsr,
+    MetadataRecord, PartitionState, PluginEntry, TransformEntry, NO_LEADER,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -125,6 +125,38 @@ fn a_fenced_leader_hands_over_within_the_isr_and_a_lone_replica_waits_for_its_br
 }
 
 #[test]
+fn a_preferred_leader_back_in_the_isr_is_elected_again_and_the_answer_counts_the_moves() {
+    let mut cluster = Cluster::default();
+    for broker_id in 1..=3 {
+        cluster.register(broker_id, "first", None);
+    }
+    cluster.commit(cluster.image.create_topic("replicated", 3, 3, BTreeMap::new(), InitialIsr::AllReplicas).unwrap());
+    let led_by_2 = (0..3).find(|partition| cluster.state("replicated", *partition).leader == 2).unwrap();
+    cluster.fence(2);
+    cluster.register(2, "second", None);
+    // Broker 2 is back but out of the ISR: nothing to elect.
+    let (records, answer) = ControllerRequest::ElectPreferredLeaders.plan(&cluster.image).unwrap();
+    assert_eq!((records.len(), answer.value), (0, Some(0)));
+    // Caught up again (what replication's ISR expansion will record).
+    let mut state = cluster.state("replicated", led_by_2).clone();
+    state.isr.push(2);
+    state.partition_epoch += 1;
+    cluster.commit(vec![MetadataRecord::PartitionChange {
+        topic: "replicated".to_owned(),
+        partition: led_by_2,
+        state,
+    }]);
+    let (records, answer) = ControllerRequest::ElectPreferredLeaders.plan(&cluster.image).unwrap();
+    assert_eq!(answer.value, Some(1));
+    cluster.commit(records);
+    assert_eq!(cluster.state("replicated", led_by_2).leader, 2);
+    for partition in 0..3 {
+        let state = cluster.state("replicated", partition);
+        assert_eq!(state.leader, state.replicas[0], "{state:?}");
+    }
+}
+
+#[test]
 fn a_restart_without_a_fence_first_moves_leadership_and_a_retry_changes_nothing() {
     let mut cluster = Cluster::default();
     cluster.register(1, "first", None);
@@ -230,7 +262,21 @@ fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
                 .create_topic(&name, rng.gen_range(1..8), rng.gen_range(1..4), configs, isr)
                 .unwrap_or_default()
         }
-        5 if !topics.is_empty() => cluster.image.delete_topic(&topics[rng.gen_range(0..topics.len())]).unwrap(),
+        5 if !topics.is_empty() => {
+            let topic = &topics[rng.gen_range(0..topics.len())];
+            match cluster.image.delete_topic(topic) {
+                Ok(records) => records,
+                Err(ControllerError::TopicInUse(_)) => {
+                    assert!(cluster
+                        .image
+                        .transforms
+                        .values()
+                        .any(|t| t.entry.input_topic == *topic || t.entry.output_topics.contains(topic)));
+                    Vec::new()
+                }
+                Err(error) => panic!("{error}"),
+            }
+        }
         6 if !topics.is_empty() => {
             let value = rng.gen_bool(0.5).then(|| rng.gen_range(0..100).to_string());
             let changes = [("segment.ms".to_owned(), value)];
@@ -305,6 +351,7 @@ fn transform_step(cluster: &Cluster, rng: &mut StdRng, topics: &[String]) -> Vec
                 start: rng.gen_range(-2..3),
                 config: Vec::new(),
                 producer_ids: (0..partitions).map(|partition| first + partition).collect(),
+                start_paused: rng.gen_bool(0.2),
             };
             cluster.image.deploy_transform(&entry)
         }

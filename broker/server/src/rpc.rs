@@ -1009,6 +1009,19 @@ impl admin::Server for AdminService {
         Ok(())
     }
 
+    async fn elect_preferred_leaders(
+        self: Rc<Self>,
+        _: admin::ElectPreferredLeadersParams,
+        mut results: admin::ElectPreferredLeadersResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        match self.node.elect_preferred_leaders().await {
+            Ok(moved) => results.get().set_moved(moved),
+            Err(api_error) => set_error(results.get().init_error(), &api_error),
+        }
+        Ok(())
+    }
+
     async fn describe_cluster(
         self: Rc<Self>,
         _: admin::DescribeClusterParams,

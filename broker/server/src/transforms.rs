@@ -16,10 +16,13 @@
 //! checkpoint and re-runs at most the input batch in flight; plugins are
 //! deterministic (no clock or randomness), so it produces the same batches with
 //! the same sequence numbers, which the output leaders recognise as duplicates.
-//! Checkpoints are files of the broker that leads the input partition (kept in
-//! replicated storage once partitions have followers); a checkpoint names the
-//! producer id it belongs to, so one left by an older deployment of the same
-//! name is never taken for this one's.
+//! Checkpoints are files of the broker that leads the input partition; a
+//! checkpoint names the producer id it belongs to, so one left by an older
+//! deployment of the same name is never taken for this one's. This is exactly
+//! once only while leadership of an input partition never moves to another
+//! broker, which holds while its ISR is the leader alone (no replication yet);
+//! with followers, checkpoints must move into replicated storage and the
+//! producer epoch must fence a deposed leader's task.
 //!
 //! Output partitions come from the output topic's partitioner: its partitioner
 //! plugin if it has one, else Kafka murmur2 of the output key — so a transform
@@ -122,8 +125,26 @@ struct Running {
     entry: TransformEntry,
     control: watch::Sender<Control>,
     state: Arc<Mutex<String>>,
-    /// Input partitions led here → their task and progress.
-    tasks: BTreeMap<i32, (tokio::task::AbortHandle, Arc<Progress>)>,
+    /// Input partitions led here → their task.
+    tasks: BTreeMap<i32, Task>,
+}
+
+/// One running partition task.
+struct Task {
+    handle: tokio::task::AbortHandle,
+    progress: Arc<Progress>,
+    /// Whether the task may still write its checkpoint; see [`Task::stop`].
+    alive: Arc<Mutex<bool>>,
+}
+
+impl Task {
+    /// Stops the task. Once this returns the task writes no checkpoint again
+    /// (a write in progress finished first), so a successor, or the deletion
+    /// of the deployment's files, never races it.
+    fn stop(&self) {
+        *lock(&self.alive) = false;
+        self.handle.abort();
+    }
 }
 
 /// A deployed transform, and the input partitions this broker leads.
@@ -161,6 +182,9 @@ pub struct Transforms {
     environment: Environment,
     running: Mutex<BTreeMap<String, Running>>,
     runtime: Mutex<Option<tokio::runtime::Handle>>,
+    /// One `follow` at a time, from reading the image to starting tasks, so an
+    /// older image is never followed after a newer one.
+    following: Mutex<()>,
 }
 
 impl std::fmt::Debug for Transforms {
@@ -176,9 +200,10 @@ pub enum TransformsError {
     /// A malformed deployment or control request (`InvalidRequest`).
     #[error("{0}")]
     BadRequest(String),
-    /// No transform of that name (`PluginNotFound`).
-    #[error("{0}")]
-    NotFound(String),
+    /// The task was stopped (its partition is led elsewhere now, or the
+    /// deployment changed); it writes nothing more.
+    #[error("the task was stopped")]
+    Stopped,
     /// A stored batch that does not decode (`CorruptMessage`).
     #[error("{0}")]
     Corrupt(String),
@@ -197,7 +222,7 @@ impl From<TransformsError> for ApiError {
     fn from(error: TransformsError) -> ApiError {
         let code = match &error {
             TransformsError::BadRequest(_) => ErrorCode::InvalidRequest,
-            TransformsError::NotFound(_) => ErrorCode::PluginNotFound,
+            TransformsError::Stopped => ErrorCode::NotLeaderOrFollower,
             TransformsError::Corrupt(_) => ErrorCode::CorruptMessage,
             TransformsError::PluginFailed(_) => ErrorCode::PluginFailed,
             TransformsError::Storage { .. } => ErrorCode::StorageError,
@@ -271,6 +296,7 @@ impl Transforms {
             environment,
             running: Mutex::new(BTreeMap::new()),
             runtime: Mutex::new(None),
+            following: Mutex::new(()),
         })
     }
 
@@ -324,67 +350,96 @@ impl Transforms {
     pub fn stop_all(&self) {
         *lock(&self.runtime) = None;
         for running in lock(&self.running).values_mut() {
-            running.tasks.values().for_each(|(task, _)| task.abort());
+            running.tasks.values().for_each(Task::stop);
             running.tasks.clear();
         }
     }
 
-    /// Runs the tasks of `wanted` (every deployment, with the input partitions
-    /// this broker leads) and nothing else: tasks of deleted deployments and of
-    /// partitions led elsewhere now stop, pauses and replays reach the tasks,
-    /// and partitions led here start (a plugin that cannot start yet is retried
-    /// at the next follow).
-    pub fn follow<H: TransformHost>(&self, node: &Arc<H>, wanted: Vec<Wanted>) {
-        let Some(runtime) = lock(&self.runtime).clone() else { return };
-        let mut running = lock(&self.running);
+    /// Whether a deployment this broker should run failed to start (a plugin
+    /// not here yet, or refusing its config): the caller follows again later.
+    pub fn wants_retry(&self) -> bool {
+        lock(&self.running).values().any(|running| lock(&running.state).starts_with("failed"))
+    }
+
+    /// Runs the tasks of `wanted()` (every deployment, with the input
+    /// partitions this broker leads, read from the image under this follow's
+    /// turn) and nothing else: tasks of deleted deployments and of partitions
+    /// led elsewhere stop, pauses and replays reach the tasks, and partitions
+    /// led here start. Plugin instances start outside the lock that listings
+    /// take; blocking (it instantiates plugins): call it off the async workers.
+    pub fn follow<H: TransformHost>(&self, node: &Arc<H>, wanted: impl FnOnce() -> Vec<Wanted>) {
+        let _one_at_a_time = lock(&self.following);
+        if lock(&self.runtime).is_none() {
+            return;
+        }
         let wanted: BTreeMap<String, Wanted> =
-            wanted.into_iter().map(|wanted| (wanted.transform.entry.name.clone(), wanted)).collect();
-        let gone: Vec<String> = running
-            .iter()
-            .filter(|(name, old)| wanted.get(*name).is_none_or(|new| new.transform.entry != old.entry))
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in gone {
-            let old = running.remove(&name).expect("listed above");
-            old.tasks.values().for_each(|(task, _)| task.abort());
-            if !wanted.contains_key(&name) {
-                for partition in 0..old.entry.producer_ids.len() as i32 {
-                    let _ = self.environment.storage.remove_file(&self.checkpoint_path(&name, partition));
+            wanted().into_iter().map(|wanted| (wanted.transform.entry.name.clone(), wanted)).collect();
+        // Under the lock: stop what must stop, pass controls on, list what to start.
+        let mut to_start = Vec::new();
+        {
+            let mut running = lock(&self.running);
+            let gone: Vec<String> = running
+                .iter()
+                .filter(|(name, old)| wanted.get(*name).is_none_or(|new| new.transform.entry != old.entry))
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in gone {
+                let old = running.remove(&name).expect("listed above");
+                old.tasks.values().for_each(Task::stop);
+                if !wanted.contains_key(&name) {
+                    for partition in 0..old.entry.producer_ids.len() as i32 {
+                        let _ = self.environment.storage.remove_file(&self.checkpoint_path(&name, partition));
+                    }
                 }
+            }
+            for (name, wanted) in &wanted {
+                let control = Control::of(&wanted.transform);
+                let deployment = running.entry(name.clone()).or_insert_with(|| Running {
+                    entry: wanted.transform.entry.clone(),
+                    control: watch::channel(control).0,
+                    state: Arc::new(Mutex::new("starting".to_owned())),
+                    tasks: BTreeMap::new(),
+                });
+                deployment.control.send_if_modified(|current| std::mem::replace(current, control) != control);
+                deployment.tasks.retain(|partition, task| {
+                    let keep = wanted.led.contains(partition) && !task.handle.is_finished();
+                    if !keep {
+                        task.stop();
+                    }
+                    keep
+                });
+                let missing = wanted.led.iter().filter(|partition| !deployment.tasks.contains_key(partition));
+                to_start.extend(missing.map(|&partition| (name.clone(), partition)));
             }
         }
-        for (name, wanted) in wanted {
-            let control = Control::of(&wanted.transform);
-            let deployment = running.entry(name).or_insert_with(|| Running {
-                entry: wanted.transform.entry.clone(),
-                control: watch::channel(control).0,
-                state: Arc::new(Mutex::new("starting".to_owned())),
-                tasks: BTreeMap::new(),
-            });
-            deployment.control.send_if_modified(|current| std::mem::replace(current, control) != control);
-            deployment.tasks.retain(|partition, (task, _)| {
-                let keep = wanted.led.contains(partition) && !task.is_finished();
-                if !keep {
-                    task.abort();
+        // Outside it: start the plugin instances.
+        let started: Vec<(String, i32, Result<Plugin, ApiError>)> = to_start
+            .into_iter()
+            .map(|(name, partition)| {
+                let entry = &wanted[&name].transform.entry;
+                let plugin = node.start_transform_plugin(&entry.plugin, entry.config.clone());
+                (name, partition, plugin)
+            })
+            .collect();
+        // Under the lock again: spawn them (unless the broker stopped meanwhile).
+        let runtime = lock(&self.runtime).clone();
+        let mut running = lock(&self.running);
+        for (name, partition, plugin) in started {
+            let Some(deployment) = running.get_mut(&name) else { continue };
+            match (plugin, &runtime) {
+                (Ok(plugin), Some(runtime)) => {
+                    let task = self.spawn(node, deployment, partition, plugin, runtime);
+                    deployment.tasks.insert(partition, task);
                 }
-                keep
-            });
-            for &partition in &wanted.led {
-                if deployment.tasks.contains_key(&partition) {
-                    continue;
-                }
-                match self.spawn(node, deployment, partition, &runtime) {
-                    Ok(task) => {
-                        deployment.tasks.insert(partition, task);
-                    }
-                    Err(error) => {
-                        *lock(&deployment.state) = format!("failed: {}", error.message());
-                    }
-                }
+                (Ok(_), None) => {}
+                (Err(error), _) => *lock(&deployment.state) = format!("failed: {}", error.message),
             }
+        }
+        for (name, wanted) in &wanted {
+            let Some(deployment) = running.get(name) else { continue };
             let mut state = lock(&deployment.state);
             let all_started = deployment.tasks.len() == wanted.led.len();
-            if control.paused {
+            if wanted.transform.paused {
                 *state = "paused".to_owned();
             } else if all_started && (*state == "paused" || *state == "starting" || state.starts_with("failed")) {
                 *state = "running".to_owned();
@@ -397,11 +452,12 @@ impl Transforms {
         node: &Arc<H>,
         deployment: &Running,
         partition: i32,
+        plugin: Plugin,
         runtime: &tokio::runtime::Handle,
-    ) -> Result<(tokio::task::AbortHandle, Arc<Progress>), TransformsError> {
+    ) -> Task {
         let entry = &deployment.entry;
-        let plugin = node.start_transform_plugin(&entry.plugin, entry.config.clone())?;
         let progress = Arc::new(Progress { next_offset: AtomicI64::new(-1), ..Progress::default() });
+        let alive = Arc::new(Mutex::new(true));
         let task = PartitionTask {
             node: node.clone(),
             entry: entry.clone(),
@@ -413,37 +469,39 @@ impl Transforms {
             state: deployment.state.clone(),
             checkpoint_path: self.checkpoint_path(&entry.name, partition),
             environment: self.environment.clone(),
+            alive: alive.clone(),
         };
-        Ok((runtime.spawn(task.run()).abort_handle(), progress))
+        Task { handle: runtime.spawn(task.run()).abort_handle(), progress, alive }
     }
 
     /// What this broker runs of each deployment (see [`LocalStatus`]).
     pub fn local_status(&self, node: &impl TransformHost) -> Vec<LocalStatus> {
-        let running = lock(&self.running);
-        running
+        type Snapshot = (TransformEntry, String, Vec<(i32, Arc<Progress>)>);
+        let snapshots: Vec<Snapshot> = lock(&self.running)
             .values()
             .map(|deployment| {
-                let entry = &deployment.entry;
-                let partitions = deployment
-                    .tasks
+                let tasks = deployment.tasks.iter().map(|(&partition, task)| (partition, task.progress.clone()));
+                (deployment.entry.clone(), lock(&deployment.state).clone(), tasks.collect())
+            })
+            .collect();
+        // Lags from the logs, outside the lock.
+        snapshots
+            .into_iter()
+            .map(|(entry, state, tasks)| {
+                let partitions = tasks
                     .iter()
-                    .map(|(&partition, (_, progress))| {
+                    .map(|(partition, progress)| {
                         let next = progress.next_offset.load(Ordering::Relaxed);
-                        let end = node.list_offset(&entry.input_topic, partition, OffsetQuery::Latest);
+                        let end = node.list_offset(&entry.input_topic, *partition, OffsetQuery::Latest);
                         let lag = match (end, next) {
                             (Ok((end, _)), next) if next >= 0 => (end - next).max(0),
                             _ => -1,
                         };
                         let count = |pick: fn(&Progress) -> &AtomicU64| pick(progress).load(Ordering::Relaxed);
-                        (partition, next, lag, count(|p| &p.processed), count(|p| &p.emitted))
+                        (*partition, next, lag, count(|p| &p.processed), count(|p| &p.emitted))
                     })
                     .collect();
-                LocalStatus {
-                    name: entry.name.clone(),
-                    producer_ids: entry.producer_ids.clone(),
-                    state: lock(&deployment.state).clone(),
-                    partitions,
-                }
+                LocalStatus { name: entry.name, producer_ids: entry.producer_ids, state, partitions }
             })
             .collect()
     }
@@ -460,6 +518,7 @@ pub fn check_spec(spec: &TransformSpec) -> Result<(), TransformsError> {
         start: spec.start,
         config: Vec::new(),
         producer_ids: vec![0],
+        start_paused: false,
     };
     broker_core::cluster::check_transform_entry(&entry).map_err(invalid)
 }
@@ -481,6 +540,8 @@ struct PartitionTask<H> {
     state: Arc<Mutex<String>>,
     checkpoint_path: PathBuf,
     environment: Environment,
+    /// See [`Task::stop`].
+    alive: Arc<Mutex<bool>>,
 }
 
 impl<H: TransformHost> PartitionTask<H> {
@@ -494,10 +555,17 @@ impl<H: TransformHost> PartitionTask<H> {
     }
 
     fn save(&self, checkpoint: &Checkpoint) -> Result<(), TransformsError> {
+        let alive = lock(&self.alive);
+        if !*alive {
+            return Err(TransformsError::Stopped);
+        }
         write_checkpoint(&self.environment, &self.checkpoint_path, checkpoint)
     }
 
     fn fail(&self, message: String) {
+        if !*lock(&self.alive) {
+            return; // stopped: its successor (if any) reports
+        }
         tracing::warn!(transform = %self.entry.name, partition = self.partition, %message, "transform stalled");
         *lock(&self.state) = format!("retrying: {message}");
         self.plugin.log().push("error", format!("host: partition {}: {message}", self.partition));

@@ -26,7 +26,8 @@
 //!    partitioner replaces the topic's previous one.
 //! 7. **Transforms**: deployed once per name, over existing topics, with a
 //!    registered transform plugin and one producer id per input partition;
-//!    the plugin they run is not removed (nor given another hook) under them.
+//!    neither the plugin they run (removed, or given another hook) nor the
+//!    topics they read and write (deleted) go away under them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -72,6 +73,9 @@ pub enum ControllerError {
     InvalidPluginEntry(String),
     #[error("no transform named {0:?}")]
     UnknownTransform(String),
+    /// A topic a transform reads or writes cannot be deleted under it.
+    #[error("{0}")]
+    TopicInUse(String),
     /// A malformed deployment, or a name deployed already.
     #[error("{0}")]
     InvalidTransform(String),
@@ -232,6 +236,12 @@ impl ClusterImage {
     pub fn delete_topic(&self, name: &str) -> Result<Vec<MetadataRecord>, ControllerError> {
         if !self.topics.contains_key(name) {
             return Err(ControllerError::UnknownTopic(name.to_owned()));
+        }
+        let users: Vec<&str> = self.transforms_using_topic(name).collect();
+        if !users.is_empty() {
+            return Err(ControllerError::TopicInUse(format!(
+                "topic {name:?} is read or written by transform(s) {users:?}; delete them first"
+            )));
         }
         Ok(vec![MetadataRecord::DeleteTopic { name: name.to_owned() }])
     }

@@ -19,9 +19,9 @@
 //! 4. every attachment names an existing topic and a registered plugin of its
 //!    hook, at most once per (plugin, hook), and a topic has at most one
 //!    partitioner; plugin entries have valid names, digests and hooks;
-//! 5. every transform runs a registered plugin of the `transform` hook, has a
-//!    valid name and 1 to 8 output topics other than its input, and one
-//!    distinct producer id per input partition.
+//! 5. every transform runs a registered plugin of the `transform` hook, reads
+//!    and writes existing topics, has a valid name and 1 to 8 output topics
+//!    other than its input, and one distinct producer id per input partition.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -248,6 +248,9 @@ impl ClusterImage {
                 self.topics.insert(name.clone(), topic);
             }
             MetadataRecord::DeleteTopic { name } => {
+                if let Some(transform) = self.transforms_using_topic(name).next() {
+                    return Err(format!("topic {name:?} is used by transform {transform:?}"));
+                }
                 self.topics.remove(name).ok_or_else(|| format!("no topic {name:?}"))?;
                 self.attachments.remove(name);
             }
@@ -334,7 +337,11 @@ impl ClusterImage {
                 if hook != Some(TRANSFORM_HOOK) {
                     return Err(format!("no transform plugin {:?}", entry.plugin));
                 }
-                let transform = TransformImage { entry: entry.clone(), paused: false, replay: (0, entry.start) };
+                if let Some(topic) = transform_topics(entry).find(|topic| !self.topics.contains_key(*topic)) {
+                    return Err(format!("no topic {topic:?}"));
+                }
+                let transform =
+                    TransformImage { entry: entry.clone(), paused: entry.start_paused, replay: (0, entry.start) };
                 self.transforms.insert(entry.name.clone(), transform);
             }
             MetadataRecord::PauseTransform { name, paused } => {
@@ -351,6 +358,14 @@ impl ClusterImage {
             }
         }
         Ok(())
+    }
+
+    /// The transforms that read or write topic `name`.
+    pub fn transforms_using_topic<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.transforms
+            .values()
+            .filter(move |t| transform_topics(&t.entry).any(|topic| topic == name))
+            .map(|t| t.entry.name.as_str())
     }
 
     /// The transforms that run plugin `name`.
@@ -454,6 +469,9 @@ impl ClusterImage {
             if *name != transform.entry.name || hook != Some(TRANSFORM_HOOK) {
                 return Err(format!("transform {name:?} does not run a stored transform plugin"));
             }
+            if let Some(topic) = transform_topics(&transform.entry).find(|topic| !self.topics.contains_key(*topic)) {
+                return Err(format!("transform {name:?} uses topic {topic:?}, which does not exist"));
+            }
         }
         for (topic, partition, state) in self.partitions() {
             let context = |reason: String| format!("{topic}-{partition}: {reason}");
@@ -467,6 +485,11 @@ impl ClusterImage {
         }
         Ok(())
     }
+}
+
+/// The input and output topics of a transform.
+fn transform_topics(entry: &TransformEntry) -> impl Iterator<Item = &str> {
+    std::iter::once(entry.input_topic.as_str()).chain(entry.output_topics.iter().map(String::as_str))
 }
 
 /// Replicas distinct and non-empty, ISR a non-empty subset, leader in the ISR.

@@ -101,6 +101,9 @@ pub struct TransformEntry {
     /// never reused, they also tell this deployment from an older one of the
     /// same name.
     pub producer_ids: Vec<i64>,
+    /// Deployed paused (a paused deployment moved in from a single-node broker).
+    #[serde(default)]
+    pub start_paused: bool,
 }
 
 /// Most output topics of one transform.
@@ -170,7 +173,7 @@ pub enum MetadataRecord {
         hook: String,
         plugin: String,
     },
-    /// A transform is deployed (running, not paused).
+    /// A transform is deployed (running, unless `start_paused`).
     DeployTransform(TransformEntry),
     /// Pauses (`true`) or resumes a transform.
     PauseTransform {

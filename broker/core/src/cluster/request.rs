@@ -61,6 +61,7 @@ pub enum ControllerRequest {
         broker_id: BrokerId,
         count: i64,
     },
+    /// Answered with the number of partitions whose leadership moved.
     ElectPreferredLeaders,
     /// A plugin whose bytes are stored on the uploading broker.
     RegisterPlugin(PluginEntry),
@@ -147,7 +148,11 @@ impl ControllerRequest {
                     ControllerResponse { value: Some(first), last_offset: None },
                 )
             }
-            ControllerRequest::ElectPreferredLeaders => (image.elect_preferred_leaders(), none),
+            ControllerRequest::ElectPreferredLeaders => {
+                let records = image.elect_preferred_leaders();
+                let moved = records.len() as i64;
+                (records, ControllerResponse { value: Some(moved), last_offset: None })
+            }
             ControllerRequest::RegisterPlugin(entry) => (image.register_plugin(entry)?, none),
             ControllerRequest::RemovePlugin { name } => (image.remove_plugin(name)?, none),
             ControllerRequest::AttachPlugin(entry) => (image.attach_plugin(entry)?, none),

@@ -215,6 +215,13 @@ impl Node {
         }
     }
 
+    /// Moves leadership back to each partition's preferred replica where it
+    /// can lead (active, in the ISR); answers how many partitions moved.
+    pub async fn elect_preferred_leaders(&self) -> Result<u32, ApiError> {
+        let response = self.request(&ControllerRequest::ElectPreferredLeaders).await?;
+        Ok(response.value.unwrap_or(0).max(0) as u32)
+    }
+
     /// The cluster as this broker sees it.
     pub fn cluster_status(&self) -> ClusterStatus {
         let reported = self.controller.reported_offsets();

@@ -193,6 +193,9 @@ pub struct Node {
     /// is dropped): no other process may open the data directory meanwhile.
     data_dir_lock: Mutex<Option<DataDirLock>>,
     clock: Arc<dyn broker_core::clock::Clock>,
+    /// Calls to other brokers on the data path (see [`Node::call_peer`]),
+    /// started at the first one.
+    data_links: std::sync::OnceLock<Option<crate::controller::broker_link::BrokerLinks>>,
 }
 
 /// How long start-up waits for the controller quorum (an election among voters
@@ -304,6 +307,7 @@ impl Node {
             round_robin: std::sync::atomic::AtomicU64::new(0),
             data_dir_lock: Mutex::new(data_dir_lock),
             clock: environment.clock.clone(),
+            data_links: std::sync::OnceLock::new(),
             environment,
         };
         node.join_cluster().await?;
@@ -390,6 +394,32 @@ impl Node {
     }
 }
 
+impl Node {
+    /// One call to another broker on the data path (plugin bytes, transforms'
+    /// forwarded produces and status): over links of its own (a thread and a
+    /// connection per peer), so data never queues behind, or cuts the
+    /// connections of, the controller quorum's calls. A broker on simulated
+    /// storage uses the controller's transport.
+    pub(super) async fn call_peer(
+        &self,
+        broker_id: i32,
+        address: &str,
+        kind: RaftCallKind,
+        payload: Vec<u8>,
+    ) -> Result<Vec<u8>, crate::controller::network::TransportError> {
+        let links = self.data_links.get_or_init(|| match self.environment.is_real() {
+            true => crate::controller::broker_link::BrokerLinks::start()
+                .inspect_err(|error| tracing::warn!(%error, "data links not started; using the controller's"))
+                .ok(),
+            false => None,
+        });
+        match links {
+            Some(links) => links.call(broker_id as NodeId, address, kind, payload).await,
+            None => self.controller.call_broker(broker_id as NodeId, address, kind, payload).await,
+        }
+    }
+}
+
 /// The broker id a data directory belongs to.
 const IDENTITY_FILE: &str = "broker.json";
 
@@ -452,7 +482,8 @@ fn controller_error(error: SubmitError<ControllerError>) -> ApiError {
                 ControllerError::PluginHookMismatch(_) => ErrorCode::InvalidPlugin,
                 ControllerError::AttachmentConflict(_)
                 | ControllerError::InvalidPluginEntry(_)
-                | ControllerError::InvalidTransform(_) => ErrorCode::InvalidRequest,
+                | ControllerError::InvalidTransform(_)
+                | ControllerError::TopicInUse(_) => ErrorCode::InvalidRequest,
                 ControllerError::UnknownTransform(_) => ErrorCode::PluginNotFound,
             };
             ApiError::new(code, refused.to_string())

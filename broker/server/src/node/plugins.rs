@@ -126,9 +126,10 @@ impl Node {
             start: spec.start,
             config: spec.config,
             producer_ids,
+            start_paused: false,
         };
         self.request(&ControllerRequest::DeployTransform(entry)).await?;
-        self.follow_transforms();
+        self.follow_transforms().await;
         Ok(())
     }
 
@@ -173,7 +174,7 @@ impl Node {
     pub async fn control_transform(self: &Arc<Self>, name: &str, action: &str, offset: i64) -> Result<(), ApiError> {
         let request = ControllerRequest::ControlTransform { name: name.to_owned(), action: action.to_owned(), offset };
         self.request(&request).await?;
-        self.follow_transforms();
+        self.follow_transforms().await;
         Ok(())
     }
 
@@ -183,16 +184,32 @@ impl Node {
     }
 
     /// Lets the transforms' tasks run on `runtime` (the server does, at
-    /// serve), and starts those of the input partitions led here.
-    pub fn start_transforms(self: &Arc<Self>, runtime: tokio::runtime::Handle) {
+    /// serve); the metadata watch then starts those of the input partitions
+    /// led here.
+    pub fn start_transforms(&self, runtime: tokio::runtime::Handle) {
         self.transforms.start(runtime);
-        self.follow_transforms();
     }
 
     /// Runs the tasks of the input partitions this broker leads, as the
-    /// applied metadata says (see `Transforms::follow`).
-    pub(super) fn follow_transforms(self: &Arc<Self>) {
-        let wanted = self.controller.read(|image| {
+    /// applied metadata says (see `Transforms::follow`), off the async workers.
+    pub(super) async fn follow_transforms(self: &Arc<Self>) {
+        let node = self.clone();
+        let follow = move || {
+            let wanted = || node.wanted_transforms();
+            node.transforms.follow(&node, wanted);
+            Ok::<(), ApiError>(())
+        };
+        let _ = blocking(follow).await;
+    }
+
+    /// Whether a transform failed to start here and should be followed again.
+    pub(super) fn transforms_want_retry(&self) -> bool {
+        self.transforms.wants_retry()
+    }
+
+    /// Every deployment, with the input partitions this broker leads.
+    fn wanted_transforms(&self) -> Vec<Wanted> {
+        self.controller.read(|image| {
             image
                 .transforms
                 .values()
@@ -208,8 +225,7 @@ impl Node {
                     Wanted { transform: transform.clone(), led }
                 })
                 .collect()
-        });
-        self.transforms.follow(self, wanted);
+        })
     }
 
     /// This broker's part of `listTransforms`, encoded for another broker.
@@ -234,6 +250,7 @@ impl Node {
                 start: deployment.start,
                 config: deployment.config.clone(),
                 producer_ids: deployment.producer_ids.values().copied().collect(),
+                start_paused: deployment.paused,
             };
             let ids_in_order = deployment.producer_ids.keys().copied().eq(0..deployment.producer_ids.len() as i32);
             match known {
@@ -260,18 +277,6 @@ impl Node {
                         continue;
                     }
                 },
-            }
-            if deployment.paused {
-                let pause = ControllerRequest::ControlTransform {
-                    name: deployment.name.clone(),
-                    action: "pause".to_owned(),
-                    offset: 0,
-                };
-                let paused =
-                    self.controller.read(|image| image.transforms.get(&deployment.name).is_some_and(|t| t.paused));
-                if !paused {
-                    self.request(&pause).await.map_err(|error| NodeError::Controller(error.message))?;
-                }
             }
             self.transforms.adopt_legacy_checkpoints(&deployment).map_err(NodeError::Transforms)?;
         }
@@ -364,7 +369,7 @@ impl Node {
             }
             if fetched {
                 self.follow_plugins().await;
-                self.follow_transforms();
+                self.follow_transforms().await;
                 continue;
             }
             let _ = tokio::time::timeout(PLUGIN_FETCH_RETRY, self.plugins_wanted.notified()).await;
@@ -408,12 +413,8 @@ impl Node {
         // The uploading broker first.
         sources.sort_by_key(|(broker_id, _)| Some(*broker_id) != entry.uploaded_by);
         for (broker_id, address) in sources {
-            let call = self.controller.call_broker(
-                broker_id as u64,
-                &address,
-                RaftCallKind::FetchPlugin,
-                entry.digest.clone().into_bytes(),
-            );
+            let call =
+                self.call_peer(broker_id, &address, RaftCallKind::FetchPlugin, entry.digest.clone().into_bytes());
             let bytes = match call.await {
                 Ok(bytes) => bytes,
                 Err(error) => {
@@ -533,11 +534,13 @@ fn merge_status(transform: TransformImage, reports: &[(i32, Result<Vec<LocalStat
     let mut partitions: BTreeMap<i32, (i32, i64, i64, u64, u64)> =
         (0..entry.producer_ids.len() as i32).map(|partition| (partition, (partition, -1, -1, 0, 0))).collect();
     let mut states = Vec::new();
+    let mut unreachable = Vec::new();
+    let mut reported = std::collections::BTreeSet::new();
     for (broker_id, report) in reports {
         let report = match report {
             Ok(report) => report,
             Err(error) => {
-                states.push(format!("broker {broker_id} unreachable: {error}"));
+                unreachable.push(format!("broker {broker_id} unreachable: {error}"));
                 continue;
             }
         };
@@ -548,17 +551,20 @@ fn merge_status(transform: TransformImage, reports: &[(i32, Result<Vec<LocalStat
         };
         for progress in &local.partitions {
             partitions.insert(progress.0, *progress);
+            reported.insert(progress.0);
         }
-        if local.state != "running" && local.state != "paused" && !local.partitions.is_empty()
-            || local.state.starts_with("failed")
-        {
+        let trouble = local.state.starts_with("retrying") || local.state.starts_with("failed");
+        if trouble && (!local.partitions.is_empty() || local.state.starts_with("failed")) {
             states.push(format!("{} (broker {broker_id})", local.state));
         }
     }
-    let state = match (transform.paused, states.first()) {
-        (true, _) => "paused".to_owned(),
-        (false, Some(first)) => first.clone(),
-        (false, None) => "running".to_owned(),
+    // A partition nobody reported: its leader did not answer (or it has none).
+    let silent = reported.len() < partitions.len();
+    let state = match (silent.then(|| unreachable.first()).flatten(), transform.paused, states.first()) {
+        (Some(unreachable), _, _) => unreachable.clone(),
+        (None, true, _) => "paused".to_owned(),
+        (None, false, Some(first)) => first.clone(),
+        (None, false, None) => "running".to_owned(),
     };
     TransformStatus {
         name: entry.name,
@@ -617,14 +623,9 @@ impl TransformHost for Node {
         });
         match leader {
             Some((leader, address)) if leader != self.broker.id => {
-                let call = self.controller.call_broker(
-                    leader as u64,
-                    &address,
-                    RaftCallKind::Produce,
-                    encode_forwarded_produce(&request),
-                );
+                let call = self.call_peer(leader, &address, RaftCallKind::Produce, encode_forwarded_produce(&request));
                 let answer = call.await.map_err(|error| {
-                    ApiError::new(ErrorCode::NotLeaderOrFollower, format!("forwarding to broker {leader}: {error}"))
+                    ApiError::new(ErrorCode::NetworkError, format!("forwarding to broker {leader}: {error}"))
                 })?;
                 decode_forwarded_answer(&answer)
             }
@@ -643,18 +644,18 @@ struct ForwardedProduce {
     timeout_ms: u32,
 }
 
+/// Longest a forwarded produce may wait at the leader: under the links' 5 s per call.
+const FORWARDED_TIMEOUT_MS: u32 = 4_000;
+
 fn encode_forwarded_produce(request: &ProduceRequest) -> Vec<u8> {
     let acks = match request.acks {
         Acks::None => 0,
         Acks::Leader => 1,
         Acks::All => -1,
     };
-    let header = ForwardedProduce {
-        topic: request.topic.clone(),
-        partition: request.partition,
-        acks,
-        timeout_ms: request.timeout_ms,
-    };
+    // The leader answers before the link gives up on the call.
+    let timeout_ms = request.timeout_ms.min(FORWARDED_TIMEOUT_MS);
+    let header = ForwardedProduce { topic: request.topic.clone(), partition: request.partition, acks, timeout_ms };
     let header = serde_json::to_vec(&header).unwrap_or_default();
     let mut payload = Vec::with_capacity(4 + header.len() + request.batches.len());
     payload.extend_from_slice(&(header.len() as u32).to_le_bytes());

@@ -125,15 +125,27 @@ impl Node {
     /// Plugins and transforms follow too (plugin bytes are fetched apart, by
     /// `fetch_plugins`).
     pub async fn follow_metadata(self: Arc<Self>) {
+        const TRANSFORM_RETRY: Duration = Duration::from_secs(5);
         let mut applied_index = self.controller.applied().applied_index.clone();
         self.follow_plugins().await;
-        self.follow_transforms();
-        while applied_index.changed().await.is_ok() {
+        self.follow_transforms().await;
+        loop {
+            // A transform that failed to start (its plugin refused its config,
+            // or is not here yet) is tried again every few seconds.
+            match tokio::time::timeout(TRANSFORM_RETRY, applied_index.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return,
+                Err(_) if self.transforms_want_retry() => {
+                    self.follow_transforms().await;
+                    continue;
+                }
+                Err(_) => continue,
+            }
             if let Err(error) = self.reconcile_off_thread().await {
                 tracing::error!(%error, "local partitions do not follow the cluster metadata");
             }
             self.follow_plugins().await;
-            self.follow_transforms();
+            self.follow_transforms().await;
         }
     }
 
