@@ -233,7 +233,7 @@ fn records_that_do_not_fit_change_nothing() {
 fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
     let broker_ids: Vec<i32> = cluster.image.brokers.keys().copied().collect();
     let topics: Vec<String> = cluster.image.topics.keys().cloned().collect();
-    let records = match rng.gen_range(0..12) {
+    let records = match rng.gen_range(0..13) {
         0 => {
             *incarnations += 1;
             let registration = BrokerRegistration {
@@ -287,6 +287,7 @@ fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
         }
         8 => plugin_step(cluster, rng, &topics),
         9 => transform_step(cluster, rng, &topics),
+        10 => isr_step(cluster, rng),
         _ => cluster.image.elect_preferred_leaders(),
     };
     cluster.commit(records);
@@ -328,6 +329,36 @@ fn plugin_step(cluster: &Cluster, rng: &mut StdRng, topics: &[String]) -> Vec<Me
         }
     };
     planned.unwrap_or_default()
+}
+
+/// A random ISR change by a partition's leader, sometimes with stale epochs
+/// or a bad ISR: what is refused changes nothing, what is planned applies.
+fn isr_step(cluster: &Cluster, rng: &mut StdRng) -> Vec<MetadataRecord> {
+    let partitions: Vec<(String, u32, PartitionState)> = cluster
+        .image
+        .partitions()
+        .map(|(topic, partition, state)| (topic.to_owned(), partition, state.clone()))
+        .collect();
+    if partitions.is_empty() {
+        return Vec::new();
+    }
+    let (topic, partition, state) = &partitions[rng.gen_range(0..partitions.len())];
+    let mut isr: Vec<i32> = state.replicas.iter().copied().filter(|_| rng.gen_bool(0.6)).collect();
+    if rng.gen_bool(0.9) && !isr.contains(&state.leader) {
+        isr.insert(0, state.leader);
+    }
+    let leader_epoch = state.leader_epoch - i32::from(rng.gen_bool(0.1));
+    let partition_epoch = state.partition_epoch - i32::from(rng.gen_bool(0.1));
+    match cluster.image.alter_partition(topic, *partition, state.leader, (leader_epoch, partition_epoch), &isr) {
+        Ok(records) => {
+            assert!(leader_epoch == state.leader_epoch && partition_epoch == state.partition_epoch);
+            records
+        }
+        Err(
+            ControllerError::StaleLeader(_) | ControllerError::StalePartitionEpoch(_) | ControllerError::InvalidIsr(_),
+        ) => Vec::new(),
+        Err(error) => panic!("{error}"),
+    }
 }
 
 /// A random transform request: deploy (sometimes with a plugin of another

@@ -18,13 +18,15 @@
 //!    `start` is the number of partitions that exist already, so leadership stays
 //!    balanced across topics; followers follow it in the broker order, which
 //!    interleaves racks, skipping racks already used while unused ones remain.
-//! 5. **Preferred leaders**: a partition whose first replica is active and in the
+//! 5. **ISR changes** (AlterPartition) come from the partition's leader, in its
+//!    current leader and partition epochs; members added must be active.
+//! 6. **Preferred leaders**: a partition whose first replica is active and in the
 //!    ISR, but led by another broker, is moved back to it.
-//! 6. **Plugins**: a plugin is registered by name (replacing the code of that
+//! 7. **Plugins**: a plugin is registered by name (replacing the code of that
 //!    name, unless it is attached as another hook) and removed only when attached
 //!    nowhere; an attachment needs the topic and a plugin of its hook, and a new
 //!    partitioner replaces the topic's previous one.
-//! 7. **Transforms**: deployed once per name, over existing topics, with a
+//! 8. **Transforms**: deployed once per name, over existing topics, with a
 //!    registered transform plugin and one producer id per input partition;
 //!    neither the plugin they run (removed, or given another hook) nor the
 //!    topics they read and write (deleted) go away under them.
@@ -76,6 +78,18 @@ pub enum ControllerError {
     /// A topic a transform reads or writes cannot be deleted under it.
     #[error("{0}")]
     TopicInUse(String),
+    /// An ISR change from a broker that does not lead the partition in the
+    /// epoch it names (a deposed leader).
+    #[error("{0}")]
+    StaleLeader(String),
+    /// An ISR change made against an older partition epoch: the leader must
+    /// learn the current state first.
+    #[error("{0}")]
+    StalePartitionEpoch(String),
+    /// An ISR that is not a set of the partition's replicas with its leader,
+    /// or that adds a fenced broker.
+    #[error("{0}")]
+    InvalidIsr(String),
     /// A malformed deployment, or a name deployed already.
     #[error("{0}")]
     InvalidTransform(String),
@@ -339,6 +353,51 @@ impl ClusterImage {
         }])
     }
 
+    /// An ISR change asked by the leader of `topic-partition` (AlterPartition):
+    /// only the current leader in the current leader and partition epochs may
+    /// change it; the ISR holds the leader, only replicas, each once, and the
+    /// members it adds are active brokers. The same ISR again changes nothing.
+    pub fn alter_partition(
+        &self,
+        topic: &str,
+        partition: u32,
+        leader: BrokerId,
+        epochs: (i32, i32),
+        isr: &[BrokerId],
+    ) -> Result<Vec<MetadataRecord>, ControllerError> {
+        let (leader_epoch, partition_epoch) = epochs;
+        let state = self.partition(topic, partition).map_err(|_| ControllerError::UnknownTopic(topic.to_owned()))?;
+        if state.leader != leader || state.leader_epoch != leader_epoch {
+            return Err(ControllerError::StaleLeader(format!(
+                "{topic}-{partition} is led by {} in epoch {}, not by {leader} in epoch {leader_epoch}",
+                state.leader, state.leader_epoch
+            )));
+        }
+        if state.partition_epoch != partition_epoch {
+            return Err(ControllerError::StalePartitionEpoch(format!(
+                "{topic}-{partition} is at partition epoch {}, not {partition_epoch}",
+                state.partition_epoch
+            )));
+        }
+        let distinct: BTreeSet<BrokerId> = isr.iter().copied().collect();
+        if !distinct.contains(&leader)
+            || distinct.len() != isr.len()
+            || !isr.iter().all(|member| state.replicas.contains(member))
+        {
+            return Err(ControllerError::InvalidIsr(format!(
+                "ISR {isr:?} must hold leader {leader} and distinct replicas of {:?}",
+                state.replicas
+            )));
+        }
+        if let Some(fenced) = isr.iter().find(|member| !state.isr.contains(member) && !self.is_active(**member)) {
+            return Err(ControllerError::InvalidIsr(format!("broker {fenced} is fenced: it cannot join the ISR")));
+        }
+        Ok(changed(state, leader, isr.to_vec())
+            .map(|next| partition_change(topic, partition, next))
+            .into_iter()
+            .collect())
+    }
+
     /// Deploys transform `entry`: its topics exist, its plugin is a transform,
     /// and it has one producer id for each partition of its input.
     pub fn deploy_transform(&self, entry: &TransformEntry) -> Result<Vec<MetadataRecord>, ControllerError> {
@@ -433,7 +492,7 @@ impl ClusterImage {
         Ok(vec![MetadataRecord::ProducerIdBlock { broker_id, first: self.next_producer_id, count }])
     }
 
-    /// Step 5: the records that move every partition back to its preferred leader
+    /// Step 6: the records that move every partition back to its preferred leader
     /// where that broker can lead.
     pub fn elect_preferred_leaders(&self) -> Vec<MetadataRecord> {
         let mut records = Vec::new();

@@ -74,6 +74,15 @@ pub enum ControllerRequest {
         hook: String,
         plugin: String,
     },
+    /// The leader of a partition changes its ISR (KIP-497's AlterPartition).
+    AlterPartition {
+        topic: String,
+        partition: u32,
+        leader: BrokerId,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<BrokerId>,
+    },
     DeployTransform(TransformEntry),
     /// `pause`, `resume`, `replay` (from `offset`) or `delete`.
     ControlTransform {
@@ -158,6 +167,9 @@ impl ControllerRequest {
             ControllerRequest::AttachPlugin(entry) => (image.attach_plugin(entry)?, none),
             ControllerRequest::DetachPlugin { topic, hook, plugin } => {
                 (image.detach_plugin(topic, hook, plugin)?, none)
+            }
+            ControllerRequest::AlterPartition { topic, partition, leader, leader_epoch, partition_epoch, isr } => {
+                (image.alter_partition(topic, *partition, *leader, (*leader_epoch, *partition_epoch), isr)?, none)
             }
             ControllerRequest::DeployTransform(entry) => (image.deploy_transform(entry)?, none),
             ControllerRequest::ControlTransform { name, action, offset } => {

@@ -483,7 +483,11 @@ fn controller_error(error: SubmitError<ControllerError>) -> ApiError {
                 ControllerError::AttachmentConflict(_)
                 | ControllerError::InvalidPluginEntry(_)
                 | ControllerError::InvalidTransform(_)
-                | ControllerError::TopicInUse(_) => ErrorCode::InvalidRequest,
+                | ControllerError::TopicInUse(_)
+                | ControllerError::InvalidIsr(_) => ErrorCode::InvalidRequest,
+                ControllerError::StaleLeader(_) | ControllerError::StalePartitionEpoch(_) => {
+                    ErrorCode::NotLeaderOrFollower
+                }
                 ControllerError::UnknownTransform(_) => ErrorCode::PluginNotFound,
             };
             ApiError::new(code, refused.to_string())

@@ -1,0 +1,305 @@
+//! [`LeaderReplicas`]: what the leader of a partition knows of its followers —
+//! the offsets each reported with its last fetch, when each was last caught up —
+//! and what follows from it: the high watermark over the ISR and the ISR changes
+//! to ask the controller for.
+//!
+//! The rules (DESIGN §3, replication; Kafka's, with the durable twist):
+//! 1. a follower is *caught up* at a fetch from at least the leader's log end,
+//!    or from at least the log end the leader had at its previous fetch (then
+//!    it was caught up at that previous fetch);
+//! 2. an ISR member not caught up for `replica.lag.time.max.ms` is proposed
+//!    out; a replica outside the ISR whose log reaches the high watermark and
+//!    the start of this leader's epoch is proposed in;
+//! 3. one ISR change is in flight at a time (retried after a pause if the
+//!    controller never applied it); until the controller applies it, the high
+//!    watermark counts the *maximal* ISR — the committed one plus a member
+//!    being added — so a change in flight never lets it run ahead;
+//! 4. the high watermark is [`HighWatermark::advance`] over that ISR.
+//!
+//! IO-free: the server feeds fetches, the clock and the controller's partition
+//! state; the simulator does the same.
+
+use std::collections::BTreeMap;
+
+use super::high_watermark::{HighWatermark, ReplicaOffsets};
+use crate::cluster::{BrokerId, PartitionState};
+use crate::log::FlushPolicy;
+
+/// How long an ISR change may stay unapplied before it is asked again.
+pub const ISR_CHANGE_RETRY_MS: u64 = 2_000;
+
+/// What the leader knows of one follower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowerProgress {
+    pub log_end_offset: u64,
+    pub durable_offset: u64,
+    /// When it last fetched (ms; 0: not since this leader took over).
+    pub last_fetch_ms: u64,
+    /// When it was last caught up (rule 1).
+    pub last_caught_up_ms: u64,
+    /// The leader's log end at its last fetch.
+    leader_end_at_last_fetch: u64,
+}
+
+/// A fetch from a broker that is not a follower of this partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("broker {0} is not a follower of this partition")]
+pub struct NotAFollower(pub BrokerId);
+
+/// See the module docs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderReplicas {
+    leader: BrokerId,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    replicas: Vec<BrokerId>,
+    /// The ISR the controller applied last.
+    isr: Vec<BrokerId>,
+    /// An ISR change asked of the controller, and when.
+    pending: Option<(Vec<BrokerId>, u64)>,
+    followers: BTreeMap<BrokerId, FollowerProgress>,
+    high_watermark: HighWatermark,
+    /// The first offset of this leader's epoch.
+    epoch_start_offset: u64,
+}
+
+impl LeaderReplicas {
+    /// `leader` takes over `state` (whose leader it is) with its log ending at
+    /// `log_end_offset` and `high_watermark` as it knew it. The ISR's followers
+    /// count as caught up now (they get a full lag period to fetch), and as
+    /// holding nothing until they report, so the high watermark waits for them.
+    pub fn new(
+        leader: BrokerId,
+        state: &PartitionState,
+        high_watermark: u64,
+        log_end_offset: u64,
+        now_ms: u64,
+    ) -> LeaderReplicas {
+        assert_eq!(state.leader, leader, "broker {leader} takes over a partition led by {}", state.leader);
+        let followers = state
+            .replicas
+            .iter()
+            .filter(|replica| **replica != leader)
+            .map(|&replica| (replica, FollowerProgress::new(now_ms)))
+            .collect();
+        LeaderReplicas {
+            leader,
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch,
+            replicas: state.replicas.clone(),
+            isr: state.isr.clone(),
+            pending: None,
+            followers,
+            high_watermark: HighWatermark::new(high_watermark.min(log_end_offset)),
+            epoch_start_offset: log_end_offset,
+        }
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    pub fn partition_epoch(&self) -> i32 {
+        self.partition_epoch
+    }
+
+    pub fn high_watermark(&self) -> u64 {
+        self.high_watermark.offset()
+    }
+
+    /// The ISR the controller applied last.
+    pub fn isr(&self) -> &[BrokerId] {
+        &self.isr
+    }
+
+    pub fn follower(&self, broker: BrokerId) -> Option<&FollowerProgress> {
+        self.followers.get(&broker)
+    }
+
+    /// The committed ISR plus a member being added (rule 3).
+    pub fn maximal_isr(&self) -> Vec<BrokerId> {
+        let mut isr = self.isr.clone();
+        if let Some((pending, _)) = &self.pending {
+            isr.extend(pending.iter().filter(|member| !self.isr.contains(member)));
+        }
+        isr
+    }
+
+    /// A follower fetched from `fetch_offset` (so its log ends there) with
+    /// everything below `durable_offset` on its disk, while the leader's log
+    /// ended at `leader_log_end`.
+    pub fn on_fetch(
+        &mut self,
+        follower: BrokerId,
+        fetch_offset: u64,
+        durable_offset: u64,
+        leader_log_end: u64,
+        now_ms: u64,
+    ) -> Result<(), NotAFollower> {
+        let progress = self.followers.get_mut(&follower).ok_or(NotAFollower(follower))?;
+        if fetch_offset >= leader_log_end {
+            progress.last_caught_up_ms = now_ms;
+        } else if fetch_offset >= progress.leader_end_at_last_fetch && progress.last_fetch_ms > 0 {
+            progress.last_caught_up_ms = progress.last_caught_up_ms.max(progress.last_fetch_ms);
+        }
+        progress.log_end_offset = fetch_offset;
+        progress.durable_offset = durable_offset.min(fetch_offset);
+        progress.last_fetch_ms = now_ms;
+        progress.leader_end_at_last_fetch = leader_log_end;
+        Ok(())
+    }
+
+    /// Rule 4, with the leader's own offsets; returns the new high watermark
+    /// when it moved.
+    pub fn advance_high_watermark(
+        &mut self,
+        policy: FlushPolicy,
+        leader: ReplicaOffsets,
+        min_insync_replicas: usize,
+    ) -> Option<u64> {
+        let offsets: Vec<ReplicaOffsets> = self
+            .maximal_isr()
+            .iter()
+            .map(|member| match self.followers.get(member) {
+                Some(progress) => {
+                    ReplicaOffsets { log_end_offset: progress.log_end_offset, durable_offset: progress.durable_offset }
+                }
+                None => leader,
+            })
+            .collect();
+        let advanced = self.high_watermark.advance(policy, &offsets, min_insync_replicas);
+        assert!(
+            self.high_watermark.offset() <= leader.log_end_offset,
+            "high watermark {} past the leader's log end {}",
+            self.high_watermark.offset(),
+            leader.log_end_offset
+        );
+        advanced
+    }
+
+    /// Rule 2: the ISR to ask the controller for, if it should change (and no
+    /// change is in flight, or the one in flight is older than the retry pause).
+    pub fn isr_change(&self, now_ms: u64, lag_max_ms: u64) -> Option<Vec<BrokerId>> {
+        if let Some((_, asked_ms)) = &self.pending {
+            if now_ms.saturating_sub(*asked_ms) < ISR_CHANGE_RETRY_MS {
+                return None;
+            }
+        }
+        let lagging = |member: &BrokerId| {
+            self.followers
+                .get(member)
+                .is_some_and(|progress| now_ms.saturating_sub(progress.last_caught_up_ms) > lag_max_ms)
+        };
+        let joining = |replica: &BrokerId| {
+            self.followers.get(replica).is_some_and(|progress| {
+                progress.last_fetch_ms > 0
+                    && now_ms.saturating_sub(progress.last_caught_up_ms) <= lag_max_ms
+                    && progress.log_end_offset >= self.high_watermark.offset().max(self.epoch_start_offset)
+            })
+        };
+        let mut next: Vec<BrokerId> = self.isr.iter().copied().filter(|member| !lagging(member)).collect();
+        next.extend(self.replicas.iter().filter(|replica| !self.isr.contains(replica) && joining(replica)));
+        (next != self.isr).then_some(next)
+    }
+
+    /// An ISR change was sent to the controller.
+    pub fn asked(&mut self, isr: Vec<BrokerId>, now_ms: u64) {
+        assert!(isr.contains(&self.leader), "an ISR {isr:?} without its leader {}", self.leader);
+        self.pending = Some((isr, now_ms));
+    }
+
+    /// The controller's current state of the partition: whether this broker
+    /// still leads it in the same epoch (if not, the caller drops this state
+    /// and follows the new leader). A newer partition epoch brings the applied
+    /// ISR and replica set; the change in flight, if any, is settled.
+    pub fn on_partition_state(&mut self, state: &PartitionState, now_ms: u64) -> bool {
+        if state.leader != self.leader || state.leader_epoch != self.leader_epoch {
+            return false;
+        }
+        if state.partition_epoch > self.partition_epoch {
+            self.partition_epoch = state.partition_epoch;
+            self.isr = state.isr.clone();
+            self.pending = None;
+            self.replicas = state.replicas.clone();
+            self.followers.retain(|broker, _| state.replicas.contains(broker));
+            for replica in state.replicas.iter().filter(|replica| **replica != self.leader) {
+                self.followers.entry(*replica).or_insert_with(|| FollowerProgress::new(now_ms));
+            }
+        }
+        true
+    }
+}
+
+impl FollowerProgress {
+    fn new(now_ms: u64) -> FollowerProgress {
+        FollowerProgress {
+            log_end_offset: 0,
+            durable_offset: 0,
+            last_fetch_ms: 0,
+            last_caught_up_ms: now_ms,
+            leader_end_at_last_fetch: u64::MAX,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(isr: &[BrokerId]) -> PartitionState {
+        PartitionState { replicas: vec![1, 2, 3], isr: isr.to_vec(), leader: 1, leader_epoch: 4, partition_epoch: 7 }
+    }
+
+    fn leader_at(log_end_offset: u64) -> ReplicaOffsets {
+        ReplicaOffsets { log_end_offset, durable_offset: log_end_offset }
+    }
+
+    #[test]
+    fn the_high_watermark_waits_for_every_isr_member_and_counts_durable_offsets() {
+        let mut replicas = LeaderReplicas::new(1, &state(&[1, 2, 3]), 0, 10, 1_000);
+        assert_eq!(replicas.advance_high_watermark(FlushPolicy::Always, leader_at(10), 2), None);
+        replicas.on_fetch(2, 10, 10, 10, 1_010).unwrap();
+        assert_eq!(replicas.advance_high_watermark(FlushPolicy::Always, leader_at(10), 2), None, "3 has not reported");
+        replicas.on_fetch(3, 8, 6, 10, 1_020).unwrap();
+        assert_eq!(replicas.advance_high_watermark(FlushPolicy::Always, leader_at(10), 2), Some(6));
+        assert_eq!(replicas.advance_high_watermark(FlushPolicy::Interval, leader_at(10), 2), Some(8));
+        assert_eq!(replicas.on_fetch(9, 0, 0, 10, 1_030), Err(NotAFollower(9)));
+    }
+
+    #[test]
+    fn a_lagging_member_is_proposed_out_and_a_caught_up_replica_back_in() {
+        let mut replicas = LeaderReplicas::new(1, &state(&[1, 2, 3]), 0, 10, 1_000);
+        replicas.on_fetch(2, 10, 10, 10, 1_100).unwrap();
+        replicas.on_fetch(3, 4, 4, 10, 1_100).unwrap();
+        assert_eq!(replicas.isr_change(5_000, 30_000), None);
+        // 3 never catches up; 2 keeps fetching at the end.
+        replicas.on_fetch(2, 10, 10, 10, 31_500).unwrap();
+        assert_eq!(replicas.isr_change(31_500, 30_000), Some(vec![1, 2]));
+        replicas.asked(vec![1, 2], 31_500);
+        assert_eq!(replicas.isr_change(31_600, 30_000), None, "one change in flight");
+        assert_eq!(replicas.isr_change(34_000, 30_000), Some(vec![1, 2]), "asked again after the pause");
+        let mut shrunk = state(&[1, 2]);
+        shrunk.partition_epoch = 8;
+        assert!(replicas.on_partition_state(&shrunk, 34_000));
+        assert_eq!(replicas.isr(), [1, 2]);
+        // 3 catches up (to the high watermark and this epoch's start): back in.
+        replicas.advance_high_watermark(FlushPolicy::Always, leader_at(10), 2);
+        replicas.on_fetch(3, 10, 10, 10, 35_000).unwrap();
+        assert_eq!(replicas.isr_change(35_000, 30_000), Some(vec![1, 2, 3]));
+        replicas.asked(vec![1, 2, 3], 35_000);
+        assert_eq!(replicas.maximal_isr(), [1, 2, 3], "the high watermark counts the member being added");
+        // Another leader took over: this state is done.
+        let mut moved = state(&[2, 3]);
+        (moved.leader, moved.leader_epoch, moved.partition_epoch) = (2, 5, 9);
+        assert!(!replicas.on_partition_state(&moved, 36_000));
+    }
+
+    #[test]
+    fn a_follower_behind_a_moving_leader_is_caught_up_as_of_its_previous_fetch() {
+        let mut replicas = LeaderReplicas::new(1, &state(&[1, 2]), 0, 10, 0);
+        replicas.on_fetch(2, 10, 10, 12, 100).unwrap(); // behind: the leader took 2 more
+        assert_eq!(replicas.follower(2).unwrap().last_caught_up_ms, 0);
+        replicas.on_fetch(2, 12, 12, 15, 200).unwrap(); // reached where the leader was at 100
+        assert_eq!(replicas.follower(2).unwrap().last_caught_up_ms, 100);
+    }
+}
