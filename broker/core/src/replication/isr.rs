@@ -10,10 +10,14 @@
 //! 2. an ISR member not caught up for `replica.lag.time.max.ms` is proposed
 //!    out; a replica outside the ISR whose log reaches the high watermark and
 //!    the start of this leader's epoch is proposed in;
-//! 3. one ISR change is in flight at a time (retried after a pause if the
-//!    controller never applied it); until the controller applies it, the high
-//!    watermark counts the *maximal* ISR — the committed one plus a member
-//!    being added — so a change in flight never lets it run ahead;
+//! 3. one ISR change is asked at a time (asked again after a pause while this
+//!    leader has not learned an outcome); until it learns the partition's next
+//!    state, the high watermark counts the *maximal* ISR — the one it knows
+//!    plus every member any change asked since then adds — because the
+//!    controller may have applied any of them without this leader hearing of
+//!    it (a lost answer). Counting only the latest request's members lost
+//!    acknowledged records in the simulation: an expansion applied unheard,
+//!    then a retry without that member, then a failover to it;
 //! 4. the high watermark is [`HighWatermark::advance`] over that ISR.
 //!
 //! IO-free: the server feeds fetches, the clock and the controller's partition
@@ -55,8 +59,10 @@ pub struct LeaderReplicas {
     replicas: Vec<BrokerId>,
     /// The ISR the controller applied last.
     isr: Vec<BrokerId>,
-    /// An ISR change asked of the controller, and when.
+    /// The ISR change asked of the controller last, and when.
     pending: Option<(Vec<BrokerId>, u64)>,
+    /// Members that changes asked since the last known state add (rule 3).
+    maybe_added: Vec<BrokerId>,
     followers: BTreeMap<BrokerId, FollowerProgress>,
     high_watermark: HighWatermark,
     /// The first offset of this leader's epoch.
@@ -89,6 +95,7 @@ impl LeaderReplicas {
             replicas: state.replicas.clone(),
             isr: state.isr.clone(),
             pending: None,
+            maybe_added: Vec::new(),
             followers,
             high_watermark: HighWatermark::new(high_watermark.min(log_end_offset)),
             epoch_start_offset: log_end_offset,
@@ -116,12 +123,10 @@ impl LeaderReplicas {
         self.followers.get(&broker)
     }
 
-    /// The committed ISR plus a member being added (rule 3).
+    /// The known ISR plus every member a change asked since adds (rule 3).
     pub fn maximal_isr(&self) -> Vec<BrokerId> {
         let mut isr = self.isr.clone();
-        if let Some((pending, _)) = &self.pending {
-            isr.extend(pending.iter().filter(|member| !self.isr.contains(member)));
-        }
+        isr.extend(self.maybe_added.iter().copied());
         isr
     }
 
@@ -205,6 +210,11 @@ impl LeaderReplicas {
     /// An ISR change was sent to the controller.
     pub fn asked(&mut self, isr: Vec<BrokerId>, now_ms: u64) {
         assert!(isr.contains(&self.leader), "an ISR {isr:?} without its leader {}", self.leader);
+        for member in &isr {
+            if !self.isr.contains(member) && !self.maybe_added.contains(member) {
+                self.maybe_added.push(*member);
+            }
+        }
         self.pending = Some((isr, now_ms));
     }
 
@@ -220,6 +230,7 @@ impl LeaderReplicas {
             self.partition_epoch = state.partition_epoch;
             self.isr = state.isr.clone();
             self.pending = None;
+            self.maybe_added.clear();
             self.replicas = state.replicas.clone();
             self.followers.retain(|broker, _| state.replicas.contains(broker));
             for replica in state.replicas.iter().filter(|replica| **replica != self.leader) {
@@ -288,6 +299,10 @@ mod tests {
         assert_eq!(replicas.isr_change(35_000, 30_000), Some(vec![1, 2, 3]));
         replicas.asked(vec![1, 2, 3], 35_000);
         assert_eq!(replicas.maximal_isr(), [1, 2, 3], "the high watermark counts the member being added");
+        // Asked again without 3 (it lagged meanwhile): the first request may
+        // have been applied unheard, so 3 still counts.
+        replicas.asked(vec![1, 2], 38_000);
+        assert_eq!(replicas.maximal_isr(), [1, 2, 3]);
         // Another leader took over: this state is done.
         let mut moved = state(&[2, 3]);
         (moved.leader, moved.leader_epoch, moved.partition_epoch) = (2, 5, 9);

@@ -9,8 +9,8 @@
 //! truncates to where both logs still agree — never to its own high watermark,
 //! which may be stale (Kafka 0.8's lost writes).
 //!
-//! Invariants (asserted by [`LeaderEpochCache::assign`]): epochs strictly
-//! increase along the log, and so do their start offsets.
+//! Invariants (kept by [`LeaderEpochCache::assign`], which refuses anything
+//! else): epochs strictly increase along the log, and so do their start offsets.
 
 /// No epoch: the answer for an epoch older than every one a log holds.
 pub const UNDEFINED_EPOCH: i32 = -1;
@@ -58,18 +58,26 @@ impl LeaderEpochCache {
     }
 
     /// Records that a batch of `epoch` starts at `offset` (every append calls
-    /// it); returns whether `epoch` is new to the log.
+    /// it, and a new leader for its epoch at its log end); returns whether
+    /// `epoch` is new to the log. A newer epoch at the start offset of the
+    /// latest replaces it: that epoch wrote nothing.
     pub fn assign(&mut self, epoch: i32, offset: u64) -> Result<bool, EpochOrderError> {
-        match self.entries.last() {
-            Some(latest) if latest.epoch == epoch && offset >= latest.start_offset => Ok(false),
-            Some(latest) if latest.epoch >= epoch || latest.start_offset >= offset => {
-                Err(EpochOrderError { epoch, offset, latest: latest.epoch, latest_start: latest.start_offset })
-            }
-            _ => {
-                self.entries.push(EpochEntry { epoch, start_offset: offset });
-                Ok(true)
-            }
+        let Some(latest) = self.entries.last_mut() else {
+            self.entries.push(EpochEntry { epoch, start_offset: offset });
+            return Ok(true);
+        };
+        if latest.epoch == epoch && offset >= latest.start_offset {
+            return Ok(false);
         }
+        if latest.epoch > epoch || latest.start_offset > offset {
+            return Err(EpochOrderError { epoch, offset, latest: latest.epoch, latest_start: latest.start_offset });
+        }
+        if latest.start_offset == offset {
+            latest.epoch = epoch;
+        } else {
+            self.entries.push(EpochEntry { epoch, start_offset: offset });
+        }
+        Ok(true)
     }
 
     /// KIP-279's lookup: the largest epoch this log holds that is at most
@@ -219,7 +227,9 @@ mod tests {
         assert_eq!(epochs.assign(2, 9), Ok(false));
         assert_eq!(epochs.assign(3, 9), Ok(true));
         assert!(epochs.assign(1, 20).is_err(), "an older epoch after a newer one");
-        assert!(epochs.assign(4, 9).is_err(), "a new epoch must start past the previous one's start");
+        assert!(epochs.assign(4, 8).is_err(), "a new epoch cannot start before the previous one");
+        assert_eq!(epochs.assign(4, 9), Ok(true), "epoch 3 wrote nothing: 4 replaces it");
+        assert_eq!(epochs, cache(&[(2, 5), (4, 9)]));
     }
 
     #[test]
