@@ -4,7 +4,7 @@
 
 mod support;
 
-use broker_core::log::{LogConfig, LogError};
+use broker_core::log::{LogConfig, LogError, ValidatedBatches};
 use broker_core::storage::mem::MemStorage;
 use broker_core::storage::Storage;
 use support::{batch, open, read_all, records_of, small_config};
@@ -201,6 +201,38 @@ fn size_retention_keeps_at_least_the_limit() {
     let before = log.size_bytes();
     log.apply_retention(0).unwrap().expect("over the limit").delete().unwrap();
     assert!(log.size_bytes() >= 10_000 && log.size_bytes() < 10_000 + 4096, "{before} -> {}", log.size_bytes());
+}
+
+#[test]
+fn a_follower_appends_the_leaders_batches_byte_for_byte_and_only_at_its_end() {
+    let storage = MemStorage::new();
+    let mut leader = open(&storage, &small_config()).unwrap();
+    leader.append(&mut batch(&[(1, value(1)), (2, value(2))]), 3).unwrap();
+    leader.append(&mut batch(&[(3, value(3))]), 5).unwrap();
+    let mut copied = Vec::new();
+    leader.read(0, 1 << 20, None).unwrap().read_into(&mut copied).unwrap();
+
+    let follower_storage = MemStorage::new();
+    let mut follower = open(&follower_storage, &small_config()).unwrap();
+    // Not at its end (it is empty): refused, nothing written.
+    let (_, second) = abi::batch::BatchView::split_first(&copied).unwrap();
+    let mut late = second.to_vec();
+    let refused = follower.append_replicated(ValidatedBatches::new(&mut late, &small_config()).unwrap());
+    assert!(matches!(refused, Err(LogError::NotContiguous { expected: 0, found: 2 })), "{refused:?}");
+    assert_eq!(follower.log_end_offset(), 0);
+
+    let mut bytes = copied.clone();
+    let info = follower.append_replicated(ValidatedBatches::new(&mut bytes, &small_config()).unwrap()).unwrap();
+    assert_eq!((info.base_offset, info.last_offset, info.batch_count), (0, 2, 2));
+    let mut stored = Vec::new();
+    follower.read(0, 1 << 20, None).unwrap().read_into(&mut stored).unwrap();
+    assert_eq!(stored, copied, "offsets and leader epochs kept as the leader wrote them");
+    let epochs: Vec<i32> = {
+        let (first, rest) = abi::batch::BatchView::split_first(&stored).unwrap();
+        let (second, _) = abi::batch::BatchView::split_first(rest).unwrap();
+        vec![first.partition_leader_epoch(), second.partition_leader_epoch()]
+    };
+    assert_eq!(epochs, [3, 5]);
 }
 
 #[test]

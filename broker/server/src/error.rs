@@ -41,7 +41,7 @@ impl From<LogError> for ApiError {
             LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
             LogError::InvalidBatch { .. } => ErrorCode::CorruptMessage,
             LogError::BatchTooLarge { .. } | LogError::AppendTooLarge { .. } => ErrorCode::MessageTooLarge,
-            LogError::EmptyAppend => ErrorCode::InvalidRequest,
+            LogError::EmptyAppend | LogError::NotContiguous { .. } => ErrorCode::InvalidRequest,
             LogError::Config(_) => ErrorCode::InvalidConfig,
             // A partition closed under a request: its topic was deleted meanwhile.
             LogError::Closed { .. } => ErrorCode::UnknownTopicOrPartition,

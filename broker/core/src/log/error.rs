@@ -47,6 +47,9 @@ pub enum LogError {
     /// An append with no batches.
     #[error("append carries no batches")]
     EmptyAppend,
+    /// Replicated batches that do not continue the log at its end.
+    #[error("replicated batches start at offset {found}, not at the log end {expected}")]
+    NotContiguous { expected: u64, found: u64 },
     /// The log's configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),

@@ -270,17 +270,49 @@ impl Log {
         self.check_not_fenced()?;
         batches.check_limits(&self.config)?;
         let headers = self.stamp(&mut *batches.bytes, &batches.spans, leader_epoch);
+        self.write_batches(batches.bytes, &headers)
+    }
+
+    /// Appends batches copied from the partition's leader (a follower's append):
+    /// validated like any append, but their offsets and leader epochs are the
+    /// leader's and stay as they are, byte for byte. The first must start at
+    /// this log's end and each follow the one before.
+    pub fn append_replicated(&mut self, batches: ValidatedBatches<'_>) -> Result<AppendInfo, LogError> {
+        self.check_not_fenced()?;
+        batches.check_limits(&self.config)?;
+        let mut expected = self.log_end_offset();
+        let mut headers = Vec::with_capacity(batches.spans.len());
+        for span in &batches.spans {
+            let batch = &batches.bytes[span.position..span.position + span.size_bytes];
+            let found = BatchHeader::parse(batch).map(|header| header.base_offset);
+            if found != Some(expected) {
+                return Err(LogError::NotContiguous { expected, found: found.unwrap_or(0) });
+            }
+            let last_offset = expected + span.last_offset_delta;
+            headers.push(BatchHeader {
+                base_offset: expected,
+                last_offset,
+                max_timestamp: span.max_timestamp,
+                size_bytes: span.size_bytes as u64,
+            });
+            expected = last_offset + 1;
+        }
+        self.write_batches(batches.bytes, &headers)
+    }
+
+    /// Writes stamped batches at the log end, rolling first if needed.
+    fn write_batches(&mut self, bytes: &[u8], headers: &[BatchHeader]) -> Result<AppendInfo, LogError> {
         let (first, last) = match (headers.first(), headers.last()) {
             (Some(first), Some(last)) => (*first, *last),
             _ => return Err(LogError::EmptyAppend),
         };
         let newest_timestamp = headers.iter().map(|header| header.max_timestamp).max().unwrap_or(-1);
-        if self.should_roll(batches.bytes.len() as u64, last.last_offset, newest_timestamp) {
+        if self.should_roll(bytes.len() as u64, last.last_offset, newest_timestamp) {
             self.roll()?;
         }
         let config = &self.config;
         let active = self.segments.back_mut().expect("a log always has a segment");
-        let result = active.append(batches.bytes, &headers, config);
+        let result = active.append(bytes, headers, config);
         self.fence(result)?;
         Ok(AppendInfo { base_offset: first.base_offset, last_offset: last.last_offset, batch_count: headers.len() })
     }
