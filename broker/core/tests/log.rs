@@ -5,7 +5,7 @@
 mod support;
 
 use broker_core::log::{LogConfig, LogError, ValidatedBatches};
-use broker_core::storage::mem::MemStorage;
+use broker_core::storage::mem::{CrashMode, MemStorage};
 use broker_core::storage::Storage;
 use support::{batch, open, read_all, records_of, small_config};
 
@@ -233,6 +233,44 @@ fn a_follower_appends_the_leaders_batches_byte_for_byte_and_only_at_its_end() {
         vec![first.partition_leader_epoch(), second.partition_leader_epoch()]
     };
     assert_eq!(epochs, [3, 5]);
+}
+
+#[test]
+fn leader_epochs_are_checkpointed_ahead_cut_with_the_log_and_rebuilt_when_missing() {
+    let storage = MemStorage::new();
+    let mut log = open(&storage, &small_config()).unwrap();
+    log.append(&mut batch(&[(1, value(1)), (2, value(2))]), 2).unwrap();
+    log.append(&mut batch(&[(3, value(3))]), 2).unwrap();
+    log.append(&mut batch(&[(4, value(4))]), 5).unwrap();
+    assert_eq!(log.end_offset_for_epoch(4), Some((2, 3)));
+    assert_eq!(log.end_offset_for_epoch(5), Some((5, 4)));
+    let refused = log.append(&mut batch(&[(5, value(5))]), 3);
+    assert!(matches!(refused, Err(LogError::LeaderEpochBackwards { epoch: 3, latest: 5 })), "{refused:?}");
+    assert_eq!(log.log_end_offset(), 4, "nothing of a deposed leader's append is written");
+
+    // A crash before the batch of a new epoch reaches the disk: the checkpoint
+    // named it ahead, opening cuts it back to the log.
+    log.flush().unwrap();
+    log.append(&mut batch(&[(6, value(6))]), 7).unwrap();
+    storage.crash(CrashMode::ForgetUnsynced);
+    let mut log = open(&storage, &small_config()).unwrap();
+    assert_eq!(log.log_end_offset(), 4);
+    let epochs: Vec<(i32, u64)> = log.leader_epochs().entries().iter().map(|e| (e.epoch, e.start_offset)).collect();
+    assert_eq!(epochs, [(2, 0), (5, 3)]);
+
+    // Truncation takes the epochs that began past the cut with it.
+    log.truncate_to(3).unwrap();
+    assert_eq!(log.end_offset_for_epoch(9), Some((2, 3)));
+    log.append(&mut batch(&[(7, value(7))]), 8).unwrap();
+    log.close().unwrap();
+
+    // Without its checkpoint (a log from before them), the epochs come back from
+    // the batch headers.
+    storage.remove_file(std::path::Path::new("/data/topic-0/leader-epoch-checkpoint")).unwrap();
+    let log = open(&storage, &small_config()).unwrap();
+    let epochs: Vec<(i32, u64)> = log.leader_epochs().entries().iter().map(|e| (e.epoch, e.start_offset)).collect();
+    assert_eq!(epochs, [(2, 0), (8, 3)]);
+    assert!(storage.exists(std::path::Path::new("/data/topic-0/leader-epoch-checkpoint")), "written back");
 }
 
 #[test]

@@ -42,6 +42,7 @@ impl From<LogError> for ApiError {
             LogError::InvalidBatch { .. } => ErrorCode::CorruptMessage,
             LogError::BatchTooLarge { .. } | LogError::AppendTooLarge { .. } => ErrorCode::MessageTooLarge,
             LogError::EmptyAppend | LogError::NotContiguous { .. } => ErrorCode::InvalidRequest,
+            LogError::LeaderEpochBackwards { .. } => ErrorCode::NotLeaderOrFollower,
             LogError::Config(_) => ErrorCode::InvalidConfig,
             // A partition closed under a request: its topic was deleted meanwhile.
             LogError::Closed { .. } => ErrorCode::UnknownTopicOrPartition,

@@ -47,6 +47,10 @@ pub enum LogError {
     /// An append with no batches.
     #[error("append carries no batches")]
     EmptyAppend,
+    /// An append in a leader epoch older than one the log already holds (a
+    /// deposed leader's).
+    #[error("leader epoch {epoch} is older than epoch {latest} already in the log")]
+    LeaderEpochBackwards { epoch: i32, latest: i32 },
     /// Replicated batches that do not continue the log at its end.
     #[error("replicated batches start at offset {found}, not at the log end {expected}")]
     NotContiguous { expected: u64, found: u64 },

@@ -29,6 +29,7 @@
 
 mod checkpoint;
 pub mod config;
+mod epochs;
 mod error;
 mod flush;
 mod header;
@@ -96,6 +97,8 @@ pub struct Log {
     generation: u64,
     fenced: Option<String>,
     recovery: RecoveryReport,
+    /// The leader epoch of every batch (see `epochs.rs`).
+    epochs: crate::replication::LeaderEpochCache,
 }
 
 /// Segments removed from the log by retention whose files still exist. Call
@@ -269,6 +272,10 @@ impl Log {
     ) -> Result<AppendInfo, LogError> {
         self.check_not_fenced()?;
         batches.check_limits(&self.config)?;
+        if batches.spans.is_empty() {
+            return Err(LogError::EmptyAppend);
+        }
+        self.begin_epoch(leader_epoch, self.log_end_offset())?;
         let headers = self.stamp(&mut *batches.bytes, &batches.spans, leader_epoch);
         self.write_batches(batches.bytes, &headers)
     }
@@ -296,6 +303,14 @@ impl Log {
                 size_bytes: span.size_bytes as u64,
             });
             expected = last_offset + 1;
+        }
+        for (span, header) in batches.spans.iter().zip(&headers) {
+            let at = span.position + abi::batch::field::PARTITION_LEADER_EPOCH;
+            let epoch = i32::from_be_bytes(batches.bytes[at..at + 4].try_into().expect("a whole header"));
+            if let Err(error) = self.begin_epoch(epoch, header.base_offset) {
+                self.epochs.truncate_from_end(self.log_end_offset());
+                return Err(error);
+            }
         }
         self.write_batches(batches.bytes, &headers)
     }
@@ -488,6 +503,12 @@ impl Log {
         active.log.sync_data().map_err(LogError::io("sync", &active.log_path))?;
         self.generation += 1;
         self.durable_offset = self.durable_offset.min(log_end_offset);
+        if restart {
+            self.epochs = crate::replication::LeaderEpochCache::default();
+        } else {
+            self.epochs.truncate_from_end(log_end_offset);
+        }
+        self.persist_leader_epochs()?;
         Ok(log_end_offset)
     }
 
@@ -602,6 +623,7 @@ impl Log {
             size_bytes += segment.size_bytes;
             paths.extend(segment.paths());
         }
+        self.epochs.truncate_from_start(self.log_start_offset());
         let dir = self.dir.clone();
         Some(RetiredSegments { storage: self.storage.clone(), dir, paths, segment_count: count, size_bytes })
     }

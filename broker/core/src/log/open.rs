@@ -119,8 +119,10 @@ impl Log {
             generation: 0,
             fenced: None,
             recovery: report,
+            epochs: Default::default(),
         };
         log.make_durable_after_open(clean_shutdown)?;
+        log.load_leader_epochs()?;
         Ok(log)
     }
 

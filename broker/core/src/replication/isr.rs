@@ -8,8 +8,12 @@
 //!    or from at least the log end the leader had at its previous fetch (then
 //!    it was caught up at that previous fetch);
 //! 2. an ISR member not caught up for `replica.lag.time.max.ms` is proposed
-//!    out; a replica outside the ISR whose log reaches the high watermark and
-//!    the start of this leader's epoch is proposed in;
+//!    out; a replica outside the ISR that holds, as the flush policy counts
+//!    (on disk under `always`), everything up to the high watermark and the
+//!    start of this leader's epoch is proposed in. Counting its log end under
+//!    `always` lost acknowledged records in the simulation: a follower admitted
+//!    with committed records still in its page cache crashed, lost them, and
+//!    was elected;
 //! 3. one ISR change is asked at a time (asked again after a pause while this
 //!    leader has not learned an outcome); until it learns the partition's next
 //!    state, the high watermark counts the *maximal* ISR — the one it knows
@@ -184,7 +188,7 @@ impl LeaderReplicas {
 
     /// Rule 2: the ISR to ask the controller for, if it should change (and no
     /// change is in flight, or the one in flight is older than the retry pause).
-    pub fn isr_change(&self, now_ms: u64, lag_max_ms: u64) -> Option<Vec<BrokerId>> {
+    pub fn isr_change(&self, policy: FlushPolicy, now_ms: u64, lag_max_ms: u64) -> Option<Vec<BrokerId>> {
         if let Some((_, asked_ms)) = &self.pending {
             if now_ms.saturating_sub(*asked_ms) < ISR_CHANGE_RETRY_MS {
                 return None;
@@ -199,7 +203,7 @@ impl LeaderReplicas {
             self.followers.get(replica).is_some_and(|progress| {
                 progress.last_fetch_ms > 0
                     && now_ms.saturating_sub(progress.last_caught_up_ms) <= lag_max_ms
-                    && progress.log_end_offset >= self.high_watermark.offset().max(self.epoch_start_offset)
+                    && progress.offsets().counted(policy) >= self.high_watermark.offset().max(self.epoch_start_offset)
             })
         };
         let mut next: Vec<BrokerId> = self.isr.iter().copied().filter(|member| !lagging(member)).collect();
@@ -242,6 +246,11 @@ impl LeaderReplicas {
 }
 
 impl FollowerProgress {
+    /// The offsets it reported.
+    pub fn offsets(&self) -> ReplicaOffsets {
+        ReplicaOffsets { log_end_offset: self.log_end_offset, durable_offset: self.durable_offset }
+    }
+
     fn new(now_ms: u64) -> FollowerProgress {
         FollowerProgress {
             log_end_offset: 0,
@@ -282,21 +291,29 @@ mod tests {
         let mut replicas = LeaderReplicas::new(1, &state(&[1, 2, 3]), 0, 10, 1_000);
         replicas.on_fetch(2, 10, 10, 10, 1_100).unwrap();
         replicas.on_fetch(3, 4, 4, 10, 1_100).unwrap();
-        assert_eq!(replicas.isr_change(5_000, 30_000), None);
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 5_000, 30_000), None);
         // 3 never catches up; 2 keeps fetching at the end.
         replicas.on_fetch(2, 10, 10, 10, 31_500).unwrap();
-        assert_eq!(replicas.isr_change(31_500, 30_000), Some(vec![1, 2]));
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 31_500, 30_000), Some(vec![1, 2]));
         replicas.asked(vec![1, 2], 31_500);
-        assert_eq!(replicas.isr_change(31_600, 30_000), None, "one change in flight");
-        assert_eq!(replicas.isr_change(34_000, 30_000), Some(vec![1, 2]), "asked again after the pause");
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 31_600, 30_000), None, "one change in flight");
+        assert_eq!(
+            replicas.isr_change(FlushPolicy::Always, 34_000, 30_000),
+            Some(vec![1, 2]),
+            "asked again after the pause"
+        );
         let mut shrunk = state(&[1, 2]);
         shrunk.partition_epoch = 8;
         assert!(replicas.on_partition_state(&shrunk, 34_000));
         assert_eq!(replicas.isr(), [1, 2]);
-        // 3 catches up (to the high watermark and this epoch's start): back in.
+        // 3 catches up (to the high watermark and this epoch's start), first
+        // only in its page cache: under `always` it joins once that is on disk.
         replicas.advance_high_watermark(FlushPolicy::Always, leader_at(10), 2);
+        replicas.on_fetch(3, 10, 4, 10, 35_000).unwrap();
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 35_000, 30_000), None);
+        assert_eq!(replicas.isr_change(FlushPolicy::Interval, 35_000, 30_000), Some(vec![1, 2, 3]));
         replicas.on_fetch(3, 10, 10, 10, 35_000).unwrap();
-        assert_eq!(replicas.isr_change(35_000, 30_000), Some(vec![1, 2, 3]));
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 35_000, 30_000), Some(vec![1, 2, 3]));
         replicas.asked(vec![1, 2, 3], 35_000);
         assert_eq!(replicas.maximal_isr(), [1, 2, 3], "the high watermark counts the member being added");
         // Asked again without 3 (it lagged meanwhile): the first request may
