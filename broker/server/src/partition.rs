@@ -93,6 +93,8 @@ struct Shared {
     clock: Arc<dyn Clock>,
     /// Set by `close`: waiters on the high watermark stop waiting.
     closed: std::sync::atomic::AtomicBool,
+    /// The log end offset, for followers' long polls on a leader.
+    log_end: watch::Sender<u64>,
 }
 
 /// Locks, carrying on past poisoning: every guarded value here stays consistent
@@ -113,6 +115,7 @@ impl Partition {
     ) -> Result<Partition, LogError> {
         let log = Log::open(environment.storage.clone(), dir.clone(), config.clone())?;
         let (durability, _) = watch::channel(Durability::Durable(log.durable_offset()));
+        let (log_end, _) = watch::channel(log.log_end_offset());
         let (high_watermark, _) = watch::channel(match config.flush_policy {
             FlushPolicy::Always => log.durable_offset(),
             FlushPolicy::Interval => log.log_end_offset(),
@@ -135,6 +138,7 @@ impl Partition {
             last_flush_ms: AtomicI64::new(environment.clock.now_ms()),
             clock: environment.clock,
             closed: std::sync::atomic::AtomicBool::new(false),
+            log_end,
         };
         Ok(Partition { shared: Arc::new(shared) })
     }
@@ -171,15 +175,85 @@ impl Partition {
         let (info, durable_offset) = self
             .with_log_mut(|log| Ok((log.append_validated(validated, leader_epoch)?, log.durable_offset())))
             .inspect_err(|_| self.publish_if_fenced())?;
+        self.appended(&config, info, durable_offset);
+        Ok(info)
+    }
+
+    /// What follows an append: the log end published, a flush round scheduled
+    /// (`always`) or the high watermark moved (`interval`).
+    fn appended(&self, config: &LogConfig, info: AppendInfo, durable_offset: u64) {
         self.shared.append_count.fetch_add(1, Ordering::Relaxed);
+        let log_end_offset = info.last_offset + 1;
+        self.shared.log_end.send_if_modified(|end| std::mem::replace(end, log_end_offset) != log_end_offset);
         match config.flush_policy {
             FlushPolicy::Always => self.schedule_round(),
             FlushPolicy::Interval => {
-                let log_end_offset = info.last_offset + 1;
                 self.advance_high_watermark(FlushPolicy::Interval, ReplicaOffsets { log_end_offset, durable_offset });
             }
         }
+    }
+
+    /// Appends batches copied from the partition's leader, byte for byte (see
+    /// [`Log::append_replicated`]), made durable by the same group commit.
+    pub fn append_replicated(&self, batches: &mut [u8]) -> Result<AppendInfo, LogError> {
+        let config = self.config();
+        let validated = ValidatedBatches::new(batches, &config)?;
+        let (info, durable_offset) = self
+            .with_log_mut(|log| Ok((log.append_replicated(validated)?, log.durable_offset())))
+            .inspect_err(|_| self.publish_if_fenced())?;
+        self.appended(&config, info, durable_offset);
         Ok(info)
+    }
+
+    /// Cuts the log to end at `offset` (whole batches; see [`Log::truncate_to`]):
+    /// a follower whose log diverged from its leader's. Only followers truncate,
+    /// so no producer waits on what goes; the published durable offset, the high
+    /// watermark and the log end come down with the log (the one exception to
+    /// their only growing). Returns the new log end.
+    pub fn truncate_to(&self, offset: u64) -> Result<u64, LogError> {
+        let (log_end_offset, durable_offset) = self
+            .with_log_mut(|log| Ok((log.truncate_to(offset)?, log.durable_offset())))
+            .inspect_err(|_| self.publish_if_fenced())?;
+        self.shared.durability.send_replace(Durability::Durable(durable_offset));
+        self.shared.high_watermark.send_if_modified(|high_watermark| {
+            let lowered = (*high_watermark).min(log_end_offset);
+            std::mem::replace(high_watermark, lowered) != lowered
+        });
+        self.shared.log_end.send_replace(log_end_offset);
+        Ok(log_end_offset)
+    }
+
+    /// The log end offset.
+    pub fn log_end_offset(&self) -> u64 {
+        *self.shared.log_end.borrow()
+    }
+
+    /// KIP-279's lookup on this replica's log: the largest epoch at most
+    /// `epoch` and where it ends.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Result<Option<(i32, u64)>, LogError> {
+        self.with_log(|log| Ok(log.end_offset_for_epoch(epoch)))
+    }
+
+    /// The leader epochs of the log's batches.
+    pub fn leader_epochs(&self) -> Result<broker_core::replication::LeaderEpochCache, LogError> {
+        self.with_log(|log| Ok(log.leader_epochs().clone()))
+    }
+
+    /// Waits until the log end passes `offset` or `deadline` comes (a
+    /// follower's long poll); returns the log end then.
+    pub async fn wait_log_end_above(&self, offset: u64, deadline: tokio::time::Instant) -> u64 {
+        let mut receiver = self.shared.log_end.subscribe();
+        let closed = &self.shared.closed;
+        let advanced = |end: &u64| *end > offset || closed.load(Ordering::Relaxed);
+        let _ = tokio::time::timeout_at(deadline, receiver.wait_for(advanced)).await;
+        self.log_end_offset()
+    }
+
+    /// Reads whole batches from `offset` up to the log end (a follower's fetch,
+    /// which copies past the high watermark).
+    pub fn read_for_follower(&self, offset: u64, max_bytes: usize, buffer: &mut Vec<u8>) -> Result<ReadInfo, LogError> {
+        let plan = self.with_log(|log| log.read(offset, max_bytes, None))?;
+        plan.read_into(buffer)
     }
 
     /// The partition's current config.

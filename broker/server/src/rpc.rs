@@ -577,6 +577,21 @@ impl broker::Server for BrokerService {
             results.get().set_payload(&answer);
             return Ok(());
         }
+        if kind == crate::controller::network::RaftCallKind::ReplicaFetch.name()
+            || kind == crate::controller::network::RaftCallKind::EpochEndOffset.name()
+        {
+            // A follower of partitions led here.
+            let payload = params.get()?.get_payload()?.to_vec();
+            drop(params);
+            let answer = match kind == crate::controller::network::RaftCallKind::ReplicaFetch.name() {
+                true => self.node.replica_fetch(&payload).await,
+                false => self.node.epoch_end_offset(&payload),
+            };
+            self.gate.connection.answered(answer.len());
+            let mut results = results;
+            results.get().set_payload(&answer);
+            return Ok(());
+        }
         if kind == crate::controller::network::RaftCallKind::TransformStatus.name() {
             drop(params);
             let node = self.node.clone();

@@ -190,6 +190,7 @@ impl Server {
         self.node.start_transforms(tokio::runtime::Handle::current());
         let metadata_watch = tokio::spawn(self.node.clone().follow_metadata());
         let plugin_fetches = tokio::spawn(self.node.clone().fetch_plugins());
+        let replica_fetches = tokio::spawn(self.node.clone().follow_leaders());
         let heartbeat = std::time::Duration::from_millis(self.membership.broker_heartbeat_ms);
         let heartbeats = tokio::spawn(self.node.clone().send_heartbeats(heartbeat));
         let session_timeout = std::time::Duration::from_millis(self.membership.broker_session_timeout_ms);
@@ -262,6 +263,7 @@ impl Server {
         group_expiry.abort();
         memory_trim.abort();
         metadata_watch.abort();
+        replica_fetches.abort();
         plugin_fetches.abort();
         let _ = stop.send(true);
         drop(senders);

@@ -50,6 +50,10 @@ pub enum RaftCallKind {
     Produce,
     /// What a broker runs of each transform (`listTransforms` on another broker).
     TransformStatus,
+    /// A follower pulls batches from the leader of its partitions.
+    ReplicaFetch,
+    /// A follower asks a leader where a leader epoch ends in its log (KIP-279).
+    EpochEndOffset,
 }
 
 impl RaftCallKind {
@@ -64,6 +68,8 @@ impl RaftCallKind {
             RaftCallKind::FetchPlugin => "fetch-plugin",
             RaftCallKind::Produce => "produce",
             RaftCallKind::TransformStatus => "transform-status",
+            RaftCallKind::ReplicaFetch => "replica-fetch",
+            RaftCallKind::EpochEndOffset => "epoch-end-offset",
         }
     }
 
@@ -78,6 +84,8 @@ impl RaftCallKind {
             RaftCallKind::FetchPlugin,
             RaftCallKind::Produce,
             RaftCallKind::TransformStatus,
+            RaftCallKind::ReplicaFetch,
+            RaftCallKind::EpochEndOffset,
         ];
         kinds.into_iter().find(|kind| kind.name() == name)
     }
@@ -226,7 +234,11 @@ impl Controller {
                 let learner: super::learners::Learner = serde_json::from_slice(request).map_err(bad)?;
                 answer(&self.add_learner(&learner).await)
             }
-            RaftCallKind::FetchPlugin | RaftCallKind::Produce | RaftCallKind::TransformStatus => {
+            RaftCallKind::FetchPlugin
+            | RaftCallKind::Produce
+            | RaftCallKind::TransformStatus
+            | RaftCallKind::ReplicaFetch
+            | RaftCallKind::EpochEndOffset => {
                 Err(format!("this broker is starting; it serves {} calls once open", kind.name()))
             }
         }

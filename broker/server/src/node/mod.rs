@@ -66,6 +66,7 @@ pub mod membership;
 mod plugins;
 mod producer_ids;
 mod reconcile;
+mod replication;
 pub mod requests;
 mod topics;
 mod upgrade;

@@ -1,0 +1,396 @@
+//! Followers copy their leaders' logs (DESIGN §3, replication): a follower
+//! finds where its log agrees with the leader's (`Divergence`, by leader epoch,
+//! never by its own high watermark), cuts the rest, then pulls batches with
+//! `replica-fetch` calls (one per leader broker, every partition it follows
+//! there, long-polling) and appends them byte for byte (`append_replicated`).
+//!
+//! This is the first part of ISR replication: the copies are made, but ISRs
+//! stay as the controller set them (the leader alone for new topics), so the
+//! high watermark and `acks=all` still count the leader only. The leader's
+//! follower tracking, ISR changes and failover onto the copies come next.
+//!
+//! Calls travel on the broker's data links (`controllerCall` kinds
+//! `replica-fetch` and `epoch-end-offset`; see docs/design/rpc.md).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use broker_core::replication::Divergence;
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// How long a leader holds a fetch that finds nothing new.
+const REPLICA_FETCH_WAIT_MS: u32 = 500;
+/// Most bytes of one partition in one fetch answer.
+const REPLICA_FETCH_PARTITION_BYTES: u32 = 1 << 20;
+/// Most bytes of one fetch answer.
+const REPLICA_FETCH_BYTES: usize = 8 << 20;
+/// Pause after a failed fetch round (the leader unreachable, say).
+const REPLICA_FETCH_BACKOFF: Duration = Duration::from_millis(200);
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct ReplicaFetchPartition {
+    topic: String,
+    partition: u32,
+    leader_epoch: i32,
+    fetch_offset: u64,
+    durable_offset: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct ReplicaFetchRequest {
+    broker_id: i32,
+    partitions: Vec<ReplicaFetchPartition>,
+    max_wait_ms: u32,
+}
+
+/// One partition's answer; its records follow the header, in order.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct ReplicaFetchAnswer {
+    error: Option<(u16, String)>,
+    high_watermark: u64,
+    log_start_offset: u64,
+    log_end_offset: u64,
+    records_bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct EpochEndOffsetRequest {
+    topic: String,
+    partition: u32,
+    leader_epoch: i32,
+    requested_epoch: i32,
+}
+
+type EpochEndOffsetAnswer = Result<Option<(i32, u64)>, (u16, String)>;
+
+/// Partitions followed on one leader: its address and (topic, partition,
+/// leader epoch) of each.
+type Followed = (String, Vec<(String, u32, i32)>);
+
+fn encode_error(error: &ApiError) -> (u16, String) {
+    (error.code as u16, error.message.clone())
+}
+
+fn decode_error((code, message): (u16, String)) -> ApiError {
+    ApiError::new(ErrorCode::from_u16(code).unwrap_or(ErrorCode::UnknownServerError), message)
+}
+
+impl Node {
+    /// The local replica of `topic-partition` as leader in `leader_epoch`,
+    /// checked to be a replica set that holds `follower`.
+    fn replica_for_follower(
+        &self,
+        topic: &str,
+        partition: u32,
+        leader_epoch: i32,
+        follower: i32,
+    ) -> Result<Partition, ApiError> {
+        let (local, index) = self.slot(topic, partition as i32)?;
+        let (partition_here, _, epoch) = local.slots[index].led()?;
+        if epoch != leader_epoch {
+            let message = format!("{topic}-{partition} is in leader epoch {epoch} here, not {leader_epoch}");
+            return Err(ApiError::new(ErrorCode::NotLeaderOrFollower, message));
+        }
+        let is_replica = self
+            .controller
+            .read(|image| image.partition(topic, partition).is_ok_and(|s| s.replicas.contains(&follower)));
+        if !is_replica {
+            let message = format!("broker {follower} is not a replica of {topic}-{partition}");
+            return Err(ApiError::new(ErrorCode::NotLeaderOrFollower, message));
+        }
+        Ok(partition_here.clone())
+    }
+
+    /// Serves a follower's `replica-fetch`: for each partition this broker
+    /// leads in the follower's epoch, the batches from its fetch offset up to
+    /// the log end (past the high watermark: followers copy everything),
+    /// waiting up to the request's wait for something new.
+    pub async fn replica_fetch(&self, payload: &[u8]) -> Vec<u8> {
+        let request: ReplicaFetchRequest = match serde_json::from_slice(payload) {
+            Ok(request) => request,
+            Err(error) => {
+                let answer = ReplicaFetchAnswer {
+                    error: Some((ErrorCode::InvalidRequest as u16, format!("a malformed replica fetch: {error}"))),
+                    ..ReplicaFetchAnswer::default()
+                };
+                return encode_fetch_answers(&[answer], &[]);
+            }
+        };
+        let replicas: Vec<Result<Partition, ApiError>> = request
+            .partitions
+            .iter()
+            .map(|p| self.replica_for_follower(&p.topic, p.partition, p.leader_epoch, request.broker_id))
+            .collect();
+        // Long poll: wait until one of them has something past its fetch offset.
+        let waiting = request.partitions.iter().zip(&replicas).all(|(fetch, replica)| {
+            replica.as_ref().is_ok_and(|replica| replica.log_end_offset() == fetch.fetch_offset)
+        });
+        if waiting && request.max_wait_ms > 0 {
+            let deadline = tokio::time::Instant::now()
+                + Duration::from_millis(request.max_wait_ms.min(REPLICA_FETCH_WAIT_MS) as u64);
+            let waits = request.partitions.iter().zip(&replicas).filter_map(|(fetch, replica)| {
+                let replica = replica.as_ref().ok()?.clone();
+                let offset = fetch.fetch_offset;
+                Some(Box::pin(async move { replica.wait_log_end_above(offset, deadline).await }))
+            });
+            let waits: Vec<_> = waits.collect();
+            if !waits.is_empty() {
+                futures::future::select_all(waits).await;
+            }
+        }
+        let mut answers = Vec::with_capacity(replicas.len());
+        let mut records = Vec::new();
+        for (fetch, replica) in request.partitions.iter().zip(replicas) {
+            let mut answer = ReplicaFetchAnswer::default();
+            match replica.and_then(|replica| {
+                let mut buffer = Vec::new();
+                let room = REPLICA_FETCH_BYTES.saturating_sub(records.len());
+                let (log_start, high_watermark) = replica.offsets()?;
+                let log_end = replica.log_end_offset();
+                if fetch.fetch_offset < log_start || fetch.fetch_offset > log_end {
+                    let message = format!(
+                        "fetch offset {} is outside [{log_start}, {log_end}] of {}",
+                        fetch.fetch_offset,
+                        replica.name()
+                    );
+                    return Err(ApiError::new(ErrorCode::OffsetOutOfRange, message));
+                }
+                if fetch.fetch_offset < log_end && room > 0 {
+                    let max_bytes = (REPLICA_FETCH_PARTITION_BYTES as usize).min(room);
+                    replica.read_for_follower(fetch.fetch_offset, max_bytes, &mut buffer)?;
+                }
+                Ok((log_start, high_watermark, log_end, buffer))
+            }) {
+                Ok((log_start, high_watermark, log_end, buffer)) => {
+                    answer.log_start_offset = log_start;
+                    answer.high_watermark = high_watermark;
+                    answer.log_end_offset = log_end;
+                    answer.records_bytes = buffer.len() as u64;
+                    records.extend_from_slice(&buffer);
+                }
+                Err(error) => answer.error = Some(encode_error(&error)),
+            }
+            answers.push(answer);
+        }
+        encode_fetch_answers(&answers, &records)
+    }
+
+    /// Serves `epoch-end-offset` (KIP-279's OffsetsForLeaderEpoch) for a
+    /// follower finding where its log diverges from this leader's.
+    pub fn epoch_end_offset(&self, payload: &[u8]) -> Vec<u8> {
+        let answer: EpochEndOffsetAnswer = serde_json::from_slice::<EpochEndOffsetRequest>(payload)
+            .map_err(|error| ApiError::new(ErrorCode::InvalidRequest, error.to_string()))
+            .and_then(|request| {
+                let (local, index) = self.slot(&request.topic, request.partition as i32)?;
+                let (partition, _, epoch) = local.slots[index].led()?;
+                if epoch != request.leader_epoch {
+                    let message = format!("leader epoch {epoch} here, not {}", request.leader_epoch);
+                    return Err(ApiError::new(ErrorCode::NotLeaderOrFollower, message));
+                }
+                Ok(partition.end_offset_for_epoch(request.requested_epoch)?)
+            })
+            .map_err(|error| encode_error(&error));
+        serde_json::to_vec(&answer).unwrap_or_default()
+    }
+
+    /// The partitions this broker follows, by leader: (topic, partition,
+    /// leader epoch) with the leader's address.
+    fn followed(&self) -> BTreeMap<i32, Followed> {
+        let topics = self.topics();
+        self.controller.read(|image| {
+            let mut by_leader: BTreeMap<i32, Followed> = BTreeMap::new();
+            for (topic, partition, state) in image.partitions() {
+                let here = topics
+                    .get(topic)
+                    .is_some_and(|local| matches!(local.slots.get(partition as usize), Some(Slot::Online { .. })));
+                if state.leader == self.broker.id
+                    || state.leader < 0
+                    || !state.replicas.contains(&self.broker.id)
+                    || !here
+                {
+                    continue;
+                }
+                let Some(leader) = image.brokers.get(&state.leader) else { continue };
+                let address = format!("{}:{}", leader.registration.host, leader.registration.port);
+                let entry = by_leader.entry(state.leader).or_insert_with(|| (address, Vec::new()));
+                entry.1.push((topic.to_owned(), partition, state.leader_epoch));
+            }
+            by_leader
+        })
+    }
+
+    fn local_replica(&self, topic: &str, partition: u32) -> Option<Partition> {
+        let (local, index) = self.slot(topic, partition as i32).ok()?;
+        match &local.slots[index] {
+            Slot::Online { partition, .. } => Some(partition.clone()),
+            _ => None,
+        }
+    }
+
+    /// Keeps one fetch session per leader broker this broker follows
+    /// partitions of; runs until aborted.
+    pub async fn follow_leaders(self: Arc<Self>) {
+        let mut applied_index = self.controller.applied().applied_index.clone();
+        let mut sessions = Sessions::default();
+        loop {
+            let sessions = &mut sessions.0;
+            sessions.retain(|_, session| !session.is_finished());
+            for leader in self.followed().into_keys() {
+                sessions.entry(leader).or_insert_with(|| tokio::spawn(self.clone().fetch_from(leader)));
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(1), applied_index.changed()).await;
+        }
+    }
+
+    /// One fetch session: every partition this broker follows on `leader`,
+    /// until it follows none there.
+    async fn fetch_from(self: Arc<Self>, leader: i32) {
+        // Partitions whose log agrees with the leader's in this leader epoch.
+        let mut agreed: BTreeMap<(String, u32), i32> = BTreeMap::new();
+        loop {
+            let Some((address, partitions)) = self.followed().remove(&leader) else { return };
+            let current: BTreeSet<(String, u32)> = partitions.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
+            agreed.retain(|key, _| current.contains(key));
+            for (topic, partition, epoch) in &partitions {
+                let key = (topic.clone(), *partition);
+                if agreed.get(&key) != Some(epoch)
+                    && self.find_divergence(leader, &address, topic, *partition, *epoch).await
+                {
+                    agreed.insert(key, *epoch);
+                }
+            }
+            let fetches: Vec<ReplicaFetchPartition> = partitions
+                .iter()
+                .filter(|(topic, partition, epoch)| agreed.get(&(topic.clone(), *partition)) == Some(epoch))
+                .filter_map(|(topic, partition, epoch)| {
+                    let replica = self.local_replica(topic, *partition)?;
+                    let durable = match replica.durability() {
+                        crate::partition::Durability::Durable(offset) => offset,
+                        crate::partition::Durability::Failed(_) => return None,
+                    };
+                    Some(ReplicaFetchPartition {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        leader_epoch: *epoch,
+                        fetch_offset: replica.log_end_offset(),
+                        durable_offset: durable,
+                    })
+                })
+                .collect();
+            if fetches.is_empty() {
+                tokio::time::sleep(REPLICA_FETCH_BACKOFF).await;
+                continue;
+            }
+            let request = ReplicaFetchRequest {
+                broker_id: self.broker.id,
+                partitions: fetches.clone(),
+                max_wait_ms: REPLICA_FETCH_WAIT_MS,
+            };
+            let payload = serde_json::to_vec(&request).unwrap_or_default();
+            let answer = self.call_peer(leader, &address, RaftCallKind::ReplicaFetch, payload).await;
+            let answer = answer.unwrap_or_default();
+            let Some((answers, records)) = decode_fetch_answers(&answer) else {
+                tokio::time::sleep(REPLICA_FETCH_BACKOFF).await;
+                continue;
+            };
+            let mut position = 0usize;
+            for (fetch, answer) in fetches.iter().zip(answers) {
+                let bytes = records.get(position..position + answer.records_bytes as usize).unwrap_or_default();
+                position += answer.records_bytes as usize;
+                let key = (fetch.topic.clone(), fetch.partition);
+                if let Some(error) = answer.error {
+                    let error = decode_error(error);
+                    tracing::debug!(partition = %format!("{}-{}", fetch.topic, fetch.partition), %error, "replica fetch refused");
+                    if error.code == ErrorCode::OffsetOutOfRange && fetch.fetch_offset < answer.log_start_offset {
+                        // Behind the leader's retention: start again at its log start.
+                        if let Some(replica) = self.local_replica(&fetch.topic, fetch.partition) {
+                            let _ = replica.truncate_to(answer.log_start_offset);
+                        }
+                    }
+                    agreed.remove(&key);
+                    continue;
+                }
+                if bytes.is_empty() {
+                    continue;
+                }
+                let Some(replica) = self.local_replica(&fetch.topic, fetch.partition) else { continue };
+                let mut bytes = bytes.to_vec();
+                if let Err(error) = replica.append_replicated(&mut bytes) {
+                    tracing::warn!(partition = %replica.name(), %error, "replicated batches not appended; finding the divergence again");
+                    agreed.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Runs the divergence search for one partition against its leader and
+    /// truncates to where both logs agree; false when the leader could not
+    /// answer (tried again next round).
+    async fn find_divergence(
+        &self,
+        leader: i32,
+        address: &str,
+        topic: &str,
+        partition: u32,
+        leader_epoch: i32,
+    ) -> bool {
+        let Some(replica) = self.local_replica(topic, partition) else { return false };
+        let Ok(epochs) = replica.leader_epochs() else { return false };
+        let log_end = replica.log_end_offset();
+        let mut step = Divergence::start(&epochs);
+        let truncate_to = loop {
+            match step {
+                Divergence::TruncateTo(offset) => break offset,
+                Divergence::Ask(epoch) => {
+                    let request = EpochEndOffsetRequest {
+                        topic: topic.to_owned(),
+                        partition,
+                        leader_epoch,
+                        requested_epoch: epoch,
+                    };
+                    let payload = serde_json::to_vec(&request).unwrap_or_default();
+                    let Ok(bytes) = self.call_peer(leader, address, RaftCallKind::EpochEndOffset, payload).await else {
+                        return false;
+                    };
+                    let Ok(Ok(answer)) = serde_json::from_slice::<EpochEndOffsetAnswer>(&bytes) else { return false };
+                    step = Divergence::next(&epochs, log_end, epoch, answer);
+                }
+            }
+        };
+        if truncate_to < log_end {
+            tracing::info!(partition = %replica.name(), from = log_end, to = truncate_to, leader, leader_epoch, "truncating to where the leader's log agrees");
+            if let Err(error) = replica.truncate_to(truncate_to) {
+                tracing::error!(partition = %replica.name(), %error, "truncation failed");
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// The fetch sessions by leader; aborted with their owner (shutdown).
+#[derive(Default)]
+struct Sessions(BTreeMap<i32, tokio::task::JoinHandle<()>>);
+
+impl Drop for Sessions {
+    fn drop(&mut self) {
+        self.0.values().for_each(tokio::task::JoinHandle::abort);
+    }
+}
+
+/// `[u32 LE header length][JSON answers][records of each answer, in order]`.
+fn encode_fetch_answers(answers: &[ReplicaFetchAnswer], records: &[u8]) -> Vec<u8> {
+    let header = serde_json::to_vec(answers).unwrap_or_default();
+    let mut bytes = Vec::with_capacity(4 + header.len() + records.len());
+    bytes.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&header);
+    bytes.extend_from_slice(records);
+    bytes
+}
+
+fn decode_fetch_answers(bytes: &[u8]) -> Option<(Vec<ReplicaFetchAnswer>, &[u8])> {
+    let length = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+    let answers = serde_json::from_slice(bytes.get(4..4 + length)?).ok()?;
+    Some((answers, &bytes[4 + length..]))
+}
