@@ -233,6 +233,14 @@ fn a_follower_appends_the_leaders_batches_byte_for_byte_and_only_at_its_end() {
         vec![first.partition_leader_epoch(), second.partition_leader_epoch()]
     };
     assert_eq!(epochs, [3, 5]);
+
+    // Behind the leader's log start, a follower starts again there.
+    assert_eq!(follower.restart_at(40).unwrap(), 40);
+    assert_eq!((follower.log_start_offset(), follower.log_end_offset()), (40, 40));
+    assert!(follower.leader_epochs().entries().is_empty());
+    let mut next = batch(&[(9, value(9))]);
+    let info = follower.append(&mut next, 6).unwrap();
+    assert_eq!(info.base_offset, 40);
 }
 
 #[test]

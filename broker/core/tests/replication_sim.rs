@@ -15,9 +15,11 @@
 //! Checkers, after every step: HW ≤ LEO on every replica; one leader per leader
 //! epoch; everything below any replica's high watermark (what consumers read,
 //! what `acks=all` answered) agrees with one committed history and is never
-//! lost or changed; the epoch cache stays ordered. At the end the faults stop,
-//! the replicas must converge, and every acknowledged record must be in the
-//! leader's log at its offset.
+//! lost or changed; no follower truncates below its high watermark; every
+//! append keeps the epoch cache ordered. At the end the faults stop, the
+//! replicas must converge to one log that starts with the whole committed
+//! history and holds every acknowledged record at its offset, and every
+//! record's epoch is the one its replica's cache names.
 //!
 //! `WEIR_SIM_SEEDS` seeds (default 1,000) run; a failure prints its seed and
 //! `WEIR_SIM_SEED=N` replays that one (`WEIR_SIM_VERBOSE=1` traces it).
@@ -686,6 +688,15 @@ fn run(seed: u64, steps: usize, verbose: bool) -> (usize, usize, Vec<u64>) {
     sim.converge();
     let leader = sim.state().leader;
     let log = &sim.replicas[&leader].log;
+    // Everything ever below a high watermark (read by consumers, acknowledged
+    // or not) is still there, at its offset.
+    assert!(
+        sim.committed.len() <= log.len(),
+        "committed history of {} records, log of {}",
+        sim.committed.len(),
+        log.len()
+    );
+    assert_eq!(&log[..sim.committed.len()], &sim.committed[..], "the committed history changed");
     for (offset, value) in &sim.acknowledged {
         let stored = log.get(*offset as usize).map(|record| record.value);
         assert_eq!(stored, Some(*value), "acknowledged record {value} at offset {offset} was lost");

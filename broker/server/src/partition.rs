@@ -184,7 +184,14 @@ impl Partition {
     fn appended(&self, config: &LogConfig, info: AppendInfo, durable_offset: u64) {
         self.shared.append_count.fetch_add(1, Ordering::Relaxed);
         let log_end_offset = info.last_offset + 1;
-        self.shared.log_end.send_if_modified(|end| std::mem::replace(end, log_end_offset) != log_end_offset);
+        // Only up: concurrent appends publish in any order.
+        self.shared.log_end.send_if_modified(|end| {
+            let raised = log_end_offset > *end;
+            if raised {
+                *end = log_end_offset;
+            }
+            raised
+        });
         match config.flush_policy {
             FlushPolicy::Always => self.schedule_round(),
             FlushPolicy::Interval => {
@@ -211,16 +218,32 @@ impl Partition {
     /// watermark and the log end come down with the log (the one exception to
     /// their only growing). Returns the new log end.
     pub fn truncate_to(&self, offset: u64) -> Result<u64, LogError> {
-        let (log_end_offset, durable_offset) = self
-            .with_log_mut(|log| Ok((log.truncate_to(offset)?, log.durable_offset())))
-            .inspect_err(|_| self.publish_if_fenced())?;
-        self.shared.durability.send_replace(Durability::Durable(durable_offset));
-        self.shared.high_watermark.send_if_modified(|high_watermark| {
-            let lowered = (*high_watermark).min(log_end_offset);
-            std::mem::replace(high_watermark, lowered) != lowered
-        });
-        self.shared.log_end.send_replace(log_end_offset);
-        Ok(log_end_offset)
+        // Published under the log lock, as flush rounds publish (see `publish`),
+        // so a round that finished before the cut never raises them again.
+        self.with_log_mut(|log| {
+            let log_end_offset = log.truncate_to(offset)?;
+            self.shared.durability.send_replace(Durability::Durable(log.durable_offset()));
+            self.shared.high_watermark.send_if_modified(|high_watermark| {
+                let lowered = (*high_watermark).min(log_end_offset);
+                std::mem::replace(high_watermark, lowered) != lowered
+            });
+            self.shared.log_end.send_replace(log_end_offset);
+            Ok(log_end_offset)
+        })
+        .inspect_err(|_| self.publish_if_fenced())
+    }
+
+    /// Empties the log and restarts it at `offset` (a follower behind its
+    /// leader's log start); publishes like [`Partition::truncate_to`].
+    pub fn restart_at(&self, offset: u64) -> Result<u64, LogError> {
+        self.with_log_mut(|log| {
+            let log_end_offset = log.restart_at(offset)?;
+            self.shared.durability.send_replace(Durability::Durable(log.durable_offset()));
+            self.shared.high_watermark.send_replace(log_end_offset);
+            self.shared.log_end.send_replace(log_end_offset);
+            Ok(log_end_offset)
+        })
+        .inspect_err(|_| self.publish_if_fenced())
     }
 
     /// The log end offset.
@@ -461,6 +484,10 @@ impl Partition {
     fn publish(&self, completed: Result<u64, LogError>) {
         match completed {
             Ok(durable) => {
+                // Under the log lock, never above what the log holds durably now:
+                // a truncation may have cut it since the round completed.
+                let log = lock(&self.shared.log);
+                let durable = log.as_ref().map_or(durable, |log| durable.min(log.durable_offset()));
                 let waiters = self.shared.durability.receiver_count() as u64;
                 self.shared.expected_appends.store(waiters, Ordering::Relaxed);
                 // Visible before acknowledged: a consumer told about an offset by
@@ -475,6 +502,7 @@ impl Partition {
                     }
                     _ => false,
                 });
+                drop(log);
             }
             Err(error) => {
                 tracing::error!(partition = %self.shared.name, %error, "flush failed; partition fenced");

@@ -38,9 +38,13 @@ impl Log {
             Some(Ok(epochs)) => epochs,
             _ => self.rebuild_leader_epochs()?,
         };
+        let before = self.epochs.entries().len();
         self.epochs.truncate_from_end(self.log_end_offset());
+        let trimmed = self.epochs.entries().len() != before;
         self.epochs.truncate_from_start(self.log_start_offset());
-        if rebuild && !self.epochs.entries().is_empty() {
+        // A trimmed entry (an epoch whose first batch a crash lost) must leave
+        // the file too: the log may grow past its offset in an older epoch.
+        if (rebuild && !self.epochs.entries().is_empty()) || trimmed {
             self.persist_leader_epochs()?;
         }
         Ok(())

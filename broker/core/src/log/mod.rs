@@ -308,7 +308,10 @@ impl Log {
             let at = span.position + abi::batch::field::PARTITION_LEADER_EPOCH;
             let epoch = i32::from_be_bytes(batches.bytes[at..at + 4].try_into().expect("a whole header"));
             if let Err(error) = self.begin_epoch(epoch, header.base_offset) {
+                // Undo the epochs this append began, on disk too.
                 self.epochs.truncate_from_end(self.log_end_offset());
+                let persisted = self.persist_leader_epochs();
+                self.fence(persisted)?;
                 return Err(error);
             }
         }
@@ -467,13 +470,21 @@ impl Log {
         if offset >= self.log_end_offset() {
             return Ok(self.log_end_offset());
         }
-        let result = self.truncate_inner(offset);
+        let restart = offset < self.log_start_offset();
+        let result = self.truncate_inner(offset, restart);
         self.fence(result)
     }
 
-    fn truncate_inner(&mut self, offset: u64) -> Result<u64, LogError> {
+    /// Empties the log and restarts it at `offset` (a follower that fell behind
+    /// its leader's log start starts again there). Durable when it returns.
+    pub fn restart_at(&mut self, offset: u64) -> Result<u64, LogError> {
+        self.check_not_fenced()?;
+        let result = self.truncate_inner(offset, true);
+        self.fence(result)
+    }
+
+    fn truncate_inner(&mut self, offset: u64, restart: bool) -> Result<u64, LogError> {
         let storage = self.storage.clone();
-        let restart = offset < self.log_start_offset();
         // Lower the recovery point first: a crash part-way through must never leave a
         // checkpoint above the log end (recovery would fence the partition).
         let safe_point = if restart { offset } else { self.segment_for(offset).base_offset };

@@ -188,7 +188,9 @@ impl Divergence {
         answer: Option<(i32, u64)>,
     ) -> Divergence {
         let Some((answered, leader_end)) = answer else { return Divergence::TruncateTo(0) };
-        if answered == asked {
+        // A leader never answers a newer epoch than asked; if one did, take it
+        // as the epoch asked (every question still names a smaller epoch).
+        if answered >= asked {
             let own_end = follower.end_offset_for(asked, follower_log_end).map_or(0, |(_, end)| end);
             return Divergence::TruncateTo(leader_end.min(own_end));
         }

@@ -171,6 +171,16 @@ impl Node {
                 }
                 Err(error) => answer.error = Some(encode_error(&error)),
             }
+            if answer.error.is_some() {
+                // The offsets tell a follower behind the log start where to restart.
+                if let Some(replica) = self.local_replica(&fetch.topic, fetch.partition) {
+                    if let Ok((log_start, high_watermark)) = replica.offsets() {
+                        answer.log_start_offset = log_start;
+                        answer.high_watermark = high_watermark;
+                        answer.log_end_offset = replica.log_end_offset();
+                    }
+                }
+            }
             answers.push(answer);
         }
         encode_fetch_answers(&answers, &records)
@@ -228,6 +238,19 @@ impl Node {
         }
     }
 
+    /// The local replica of a partition this broker follows: never one it
+    /// leads, so a follower's truncation or append never touches a leader's
+    /// log. (A check, not a lock: while ISRs stay the leader alone, leadership
+    /// never moves to a follower. Before it can, this check must move under
+    /// the log lock with the leadership change.)
+    fn followed_replica(&self, topic: &str, partition: u32) -> Option<Partition> {
+        let (local, index) = self.slot(topic, partition as i32).ok()?;
+        match &local.slots[index] {
+            Slot::Online { partition, leadership, .. } if leadership.epoch().is_none() => Some(partition.clone()),
+            _ => None,
+        }
+    }
+
     /// Keeps one fetch session per leader broker this broker follows
     /// partitions of; runs until aborted.
     pub async fn follow_leaders(self: Arc<Self>) {
@@ -239,7 +262,9 @@ impl Node {
             for leader in self.followed().into_keys() {
                 sessions.entry(leader).or_insert_with(|| tokio::spawn(self.clone().fetch_from(leader)));
             }
-            let _ = tokio::time::timeout(Duration::from_secs(1), applied_index.changed()).await;
+            if let Ok(Err(_)) = tokio::time::timeout(Duration::from_secs(1), applied_index.changed()).await {
+                return; // the controller is gone: the broker is stopping
+            }
         }
     }
 
@@ -264,7 +289,7 @@ impl Node {
                 .iter()
                 .filter(|(topic, partition, epoch)| agreed.get(&(topic.clone(), *partition)) == Some(epoch))
                 .filter_map(|(topic, partition, epoch)| {
-                    let replica = self.local_replica(topic, *partition)?;
+                    let replica = self.followed_replica(topic, *partition)?;
                     let durable = match replica.durability() {
                         crate::partition::Durability::Durable(offset) => offset,
                         crate::partition::Durability::Failed(_) => return None,
@@ -295,6 +320,7 @@ impl Node {
                 continue;
             };
             let mut position = 0usize;
+            let mut refused = false;
             for (fetch, answer) in fetches.iter().zip(answers) {
                 let bytes = records.get(position..position + answer.records_bytes as usize).unwrap_or_default();
                 position += answer.records_bytes as usize;
@@ -304,22 +330,29 @@ impl Node {
                     tracing::debug!(partition = %format!("{}-{}", fetch.topic, fetch.partition), %error, "replica fetch refused");
                     if error.code == ErrorCode::OffsetOutOfRange && fetch.fetch_offset < answer.log_start_offset {
                         // Behind the leader's retention: start again at its log start.
-                        if let Some(replica) = self.local_replica(&fetch.topic, fetch.partition) {
-                            let _ = replica.truncate_to(answer.log_start_offset);
+                        if let Some(replica) = self.followed_replica(&fetch.topic, fetch.partition) {
+                            tracing::info!(partition = %replica.name(), at = answer.log_start_offset, "restarting the log at the leader's log start");
+                            let _ = replica.restart_at(answer.log_start_offset);
                         }
                     }
                     agreed.remove(&key);
+                    refused = true;
                     continue;
                 }
                 if bytes.is_empty() {
                     continue;
                 }
-                let Some(replica) = self.local_replica(&fetch.topic, fetch.partition) else { continue };
+                let Some(replica) = self.followed_replica(&fetch.topic, fetch.partition) else { continue };
                 let mut bytes = bytes.to_vec();
                 if let Err(error) = replica.append_replicated(&mut bytes) {
                     tracing::warn!(partition = %replica.name(), %error, "replicated batches not appended; finding the divergence again");
                     agreed.remove(&key);
+                    refused = true;
                 }
+            }
+            if refused {
+                // Never a hot loop on a partition the leader keeps refusing.
+                tokio::time::sleep(REPLICA_FETCH_BACKOFF).await;
             }
         }
     }
@@ -335,7 +368,7 @@ impl Node {
         partition: u32,
         leader_epoch: i32,
     ) -> bool {
-        let Some(replica) = self.local_replica(topic, partition) else { return false };
+        let Some(replica) = self.followed_replica(topic, partition) else { return false };
         let Ok(epochs) = replica.leader_epochs() else { return false };
         let log_end = replica.log_end_offset();
         let mut step = Divergence::start(&epochs);
