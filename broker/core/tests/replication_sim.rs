@@ -31,7 +31,7 @@ use broker_core::cluster::{
     BrokerRegistration, ClusterImage, ControllerError, InitialIsr, MetadataRecord, PartitionState,
 };
 use broker_core::log::FlushPolicy;
-use broker_core::replication::{Divergence, LeaderEpochCache, LeaderReplicas, ReplicaOffsets};
+use broker_core::replication::{Divergence, IsrAnswer, LeaderEpochCache, LeaderReplicas, ReplicaOffsets};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -80,6 +80,12 @@ enum Message {
         leader_epoch: i32,
         partition_epoch: i32,
         isr: Vec<i32>,
+    },
+    /// The controller's answer to an AlterPartition.
+    IsrAnswered {
+        leader_epoch: i32,
+        partition_epoch: i32,
+        answer: IsrAnswer,
     },
 }
 
@@ -292,15 +298,17 @@ impl Sim {
 
     fn controller_receives(&mut self, from: i32, message: Message) {
         let Message::AlterPartition { leader_epoch, partition_epoch, isr } = message else { return };
-        match self.image.alter_partition(TOPIC, 0, from, (leader_epoch, partition_epoch), &isr) {
-            Ok(records) => self.commit(records),
-            Err(
-                ControllerError::StaleLeader(_)
-                | ControllerError::StalePartitionEpoch(_)
-                | ControllerError::InvalidIsr(_),
-            ) => {}
+        let answer = match self.image.alter_partition(TOPIC, 0, from, (leader_epoch, partition_epoch), &isr) {
+            Ok(records) if records.is_empty() => IsrAnswer::Settled,
+            Ok(records) => {
+                self.commit(records);
+                IsrAnswer::Applied
+            }
+            Err(ControllerError::InvalidIsr(_)) => IsrAnswer::Settled,
+            Err(ControllerError::StaleLeader(_) | ControllerError::StalePartitionEpoch(_)) => IsrAnswer::Stale,
             Err(error) => panic!("AlterPartition: {error}"),
-        }
+        };
+        self.send(CONTROLLER, from, Message::IsrAnswered { leader_epoch, partition_epoch, answer });
     }
 
     fn replica_receives(&mut self, to: i32, from: i32, message: Message) {
@@ -365,6 +373,14 @@ impl Sim {
                 if (*leader, *epoch) == (from, leader_epoch) {
                     let step = Divergence::start(&replica.epochs);
                     self.divergence_step(to, step);
+                }
+            }
+            Message::IsrAnswered { leader_epoch, partition_epoch, answer } => {
+                let replica = self.replicas.get_mut(&to).unwrap();
+                if let Role::Leader(leader) = &mut replica.role {
+                    if leader.leader_epoch() == leader_epoch {
+                        leader.on_isr_answer(partition_epoch, answer);
+                    }
                 }
             }
             Message::AlterPartition { .. } => unreachable!("sent to the controller only"),
@@ -652,19 +668,40 @@ impl Sim {
         self.faults = false;
         self.producing = false;
         self.cut.clear();
+        // Sometimes a broker never comes back: the other two must carry on —
+        // unless it is the last in-sync replica, whose partition then rightly
+        // waits for it (no unclean election).
+        let isr = self.state().isr;
+        let candidates: Vec<i32> = BROKERS.into_iter().filter(|id| isr.iter().any(|member| member != id)).collect();
+        let gone = (self.rng.gen_bool(0.3) && !candidates.is_empty())
+            .then(|| candidates[self.rng.gen_range(0..candidates.len())]);
         for id in BROKERS {
-            if !self.replicas[&id].alive {
-                self.replicas.get_mut(&id).unwrap().alive = true;
+            let replica = self.replicas.get_mut(&id).unwrap();
+            if Some(id) == gone && replica.alive {
+                replica.alive = false;
+                replica.log.truncate(replica.durable);
+                replica.epochs.truncate_from_end(replica.durable as u64);
+                replica.high_watermark = replica.high_watermark.min(replica.durable as u64);
+                replica.verified = replica.verified.min(replica.durable);
+                replica.role = Role::Idle;
+                replica.seen = None;
+                replica.pending.clear();
+                replica.registered = false;
+            } else if Some(id) != gone {
+                replica.alive = true;
             }
         }
+        let alive: Vec<i32> = BROKERS.into_iter().filter(|id| Some(*id) != gone).collect();
         for _ in 0..200_000 {
             self.step();
             // Keep producing nothing new: only replication, metadata, fsyncs.
             let state = self.state();
             let leader = state.leader;
+            let mut isr = state.isr.clone();
+            isr.sort_unstable();
             let settled = leader > 0
-                && state.isr.len() == BROKERS.len()
-                && BROKERS.iter().all(|id| {
+                && isr == alive
+                && alive.iter().all(|id| {
                     let replica = &self.replicas[id];
                     replica.log == self.replicas[&leader].log
                         && replica.durable == replica.log.len()

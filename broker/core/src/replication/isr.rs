@@ -21,7 +21,9 @@
 //!    controller may have applied any of them without this leader hearing of
 //!    it (a lost answer). Counting only the latest request's members lost
 //!    acknowledged records in the simulation: an expansion applied unheard,
-//!    then a retry without that member, then a failover to it;
+//!    then a retry without that member, then a failover to it. A definite
+//!    answer that nothing was applied at the known epoch settles them, so a
+//!    member that never joins does not hold the high watermark forever;
 //! 4. the high watermark is [`HighWatermark::advance`] over that ISR.
 //!
 //! IO-free: the server feeds fetches, the clock and the controller's partition
@@ -47,6 +49,17 @@ pub struct FollowerProgress {
     pub last_caught_up_ms: u64,
     /// The leader's log end at its last fetch.
     leader_end_at_last_fetch: u64,
+}
+
+/// What the controller answered an ISR change (see [`LeaderReplicas::on_isr_answer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IsrAnswer {
+    /// Applied: the new state follows in the metadata.
+    Applied,
+    /// Nothing applied at the partition epoch it was asked at.
+    Settled,
+    /// Asked at an older partition epoch or by a deposed leader: learn the state.
+    Stale,
 }
 
 /// A fetch from a broker that is not a follower of this partition.
@@ -222,6 +235,18 @@ impl LeaderReplicas {
         self.pending = Some((isr, now_ms));
     }
 
+    /// The controller's answer to an ISR change this leader asked at its known
+    /// partition epoch. `Settled` means nothing was applied at that epoch (the
+    /// same ISR again, or an ISR the controller refuses as invalid — a fenced
+    /// member, say): the members asked for do not count any more. An applied
+    /// change (or a stale epoch) settles when the new state is learned.
+    pub fn on_isr_answer(&mut self, partition_epoch: i32, answer: IsrAnswer) {
+        if answer == IsrAnswer::Settled && partition_epoch == self.partition_epoch {
+            self.pending = None;
+            self.maybe_added.clear();
+        }
+    }
+
     /// The controller's current state of the partition: whether this broker
     /// still leads it in the same epoch (if not, the caller drops this state
     /// and follows the new leader). A newer partition epoch brings the applied
@@ -320,6 +345,13 @@ mod tests {
         // have been applied unheard, so 3 still counts.
         replicas.asked(vec![1, 2], 38_000);
         assert_eq!(replicas.maximal_isr(), [1, 2, 3]);
+        // The controller says nothing was applied at this partition epoch: 3
+        // no longer counts.
+        replicas.on_isr_answer(7, IsrAnswer::Settled);
+        assert_eq!(replicas.maximal_isr(), [1, 2, 3], "an answer for another epoch settles nothing");
+        replicas.on_isr_answer(8, IsrAnswer::Settled);
+        assert_eq!(replicas.maximal_isr(), [1, 2]);
+        replicas.asked(vec![1, 2, 3], 38_500);
         // Another leader took over: this state is done.
         let mut moved = state(&[2, 3]);
         (moved.leader, moved.leader_epoch, moved.partition_epoch) = (2, 5, 9);
