@@ -244,11 +244,33 @@ impl Node {
     /// never moves to a follower. Before it can, this check must move under
     /// the log lock with the leadership change.)
     fn followed_replica(&self, topic: &str, partition: u32) -> Option<Partition> {
+        self.with_followed(topic, partition, |replica, _| replica.clone())
+    }
+
+    /// Runs `f` on a followed replica (see [`Node::followed_replica`]) and its
+    /// idempotent-producer table.
+    fn with_followed<T>(
+        &self,
+        topic: &str,
+        partition: u32,
+        f: impl FnOnce(&Partition, &Mutex<ProducerStates>) -> T,
+    ) -> Option<T> {
         let (local, index) = self.slot(topic, partition as i32).ok()?;
         match &local.slots[index] {
-            Slot::Online { partition, leadership, .. } if leadership.epoch().is_none() => Some(partition.clone()),
+            Slot::Online { partition, leadership, producers } if leadership.epoch().is_none() => {
+                Some(f(partition, producers))
+            }
             _ => None,
         }
+    }
+
+    /// Rebuilds a followed replica's producer table from its log (after a
+    /// truncation took batches it had recorded).
+    fn rebuild_followed_producers(&self, topic: &str, partition: u32) {
+        self.with_followed(topic, partition, |replica, producers| match data::rebuild_producer_states(replica) {
+            Ok(rebuilt) => *lock(producers) = rebuilt,
+            Err(error) => tracing::warn!(partition = %replica.name(), %error, "producer table not rebuilt"),
+        });
     }
 
     /// Keeps one fetch session per leader broker this broker follows
@@ -333,6 +355,7 @@ impl Node {
                         if let Some(replica) = self.followed_replica(&fetch.topic, fetch.partition) {
                             tracing::info!(partition = %replica.name(), at = answer.log_start_offset, "restarting the log at the leader's log start");
                             let _ = replica.restart_at(answer.log_start_offset);
+                            self.rebuild_followed_producers(&fetch.topic, fetch.partition);
                         }
                     }
                     agreed.remove(&key);
@@ -342,10 +365,23 @@ impl Node {
                 if bytes.is_empty() {
                     continue;
                 }
-                let Some(replica) = self.followed_replica(&fetch.topic, fetch.partition) else { continue };
                 let mut bytes = bytes.to_vec();
-                if let Err(error) = replica.append_replicated(&mut bytes) {
-                    tracing::warn!(partition = %replica.name(), %error, "replicated batches not appended; finding the divergence again");
+                // The producer table follows the log, so a retry after a
+                // failover onto this replica is still recognised.
+                let appended = self.with_followed(&fetch.topic, fetch.partition, |replica, producers| {
+                    replica.append_replicated(&mut bytes).map(|_| {
+                        let mut producers = lock(producers);
+                        let mut rest = &bytes[..];
+                        while let Ok((batch, after)) = BatchView::split_first(rest) {
+                            if let Some(header) = batch.as_bytes().first_chunk::<{ abi::batch::BATCH_HEADER_BYTES }>() {
+                                data::replay_header(&mut producers, header);
+                            }
+                            rest = after;
+                        }
+                    })
+                });
+                if let Some(Err(error)) = appended {
+                    tracing::warn!(partition = %format!("{}-{}", fetch.topic, fetch.partition), %error, "replicated batches not appended; finding the divergence again");
                     agreed.remove(&key);
                     refused = true;
                 }
@@ -397,6 +433,7 @@ impl Node {
                 tracing::error!(partition = %replica.name(), %error, "truncation failed");
                 return false;
             }
+            self.rebuild_followed_producers(topic, partition);
         }
         true
     }
