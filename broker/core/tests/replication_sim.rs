@@ -130,6 +130,21 @@ struct Replica {
     verified: usize,
 }
 
+impl Replica {
+    /// A power cut: what was not fsynced is gone, and so is everything in memory.
+    fn power_cut(&mut self) {
+        self.alive = false;
+        self.log.truncate(self.durable);
+        self.epochs.truncate_from_end(self.durable as u64);
+        self.high_watermark = self.high_watermark.min(self.durable as u64);
+        self.verified = self.verified.min(self.durable);
+        self.role = Role::Idle;
+        self.seen = None;
+        self.pending.clear();
+        self.registered = false;
+    }
+}
+
 struct Sim {
     rng: StdRng,
     now: u64,
@@ -580,16 +595,7 @@ impl Sim {
         let id = BROKERS[self.rng.gen_range(0..BROKERS.len())];
         let replica = self.replicas.get_mut(&id).unwrap();
         if replica.alive {
-            // Power cut: what was not fsynced is gone.
-            replica.alive = false;
-            replica.log.truncate(replica.durable);
-            replica.epochs.truncate_from_end(replica.durable as u64);
-            replica.high_watermark = replica.high_watermark.min(replica.durable as u64);
-            replica.verified = replica.verified.min(replica.durable);
-            replica.role = Role::Idle;
-            replica.seen = None;
-            replica.pending.clear();
-            replica.registered = false;
+            replica.power_cut();
             self.trace(|| format!("broker {id} crashes, keeping {} records", self.replicas[&id].durable));
         } else {
             replica.alive = true;
@@ -678,15 +684,7 @@ impl Sim {
         for id in BROKERS {
             let replica = self.replicas.get_mut(&id).unwrap();
             if Some(id) == gone && replica.alive {
-                replica.alive = false;
-                replica.log.truncate(replica.durable);
-                replica.epochs.truncate_from_end(replica.durable as u64);
-                replica.high_watermark = replica.high_watermark.min(replica.durable as u64);
-                replica.verified = replica.verified.min(replica.durable);
-                replica.role = Role::Idle;
-                replica.seen = None;
-                replica.pending.clear();
-                replica.registered = false;
+                replica.power_cut();
             } else if Some(id) != gone {
                 replica.alive = true;
             }
