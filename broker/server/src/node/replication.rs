@@ -117,11 +117,13 @@ impl Node {
                 return encode_fetch_answers(&[answer], &[]);
             }
         };
-        let replicas: Vec<Result<Partition, ApiError>> = request
-            .partitions
-            .iter()
-            .map(|p| self.replica_for_follower(&p.topic, p.partition, p.leader_epoch, request.broker_id))
-            .collect();
+        let replicas_now = || -> Vec<Result<Partition, ApiError>> {
+            let partitions = request.partitions.iter();
+            partitions
+                .map(|p| self.replica_for_follower(&p.topic, p.partition, p.leader_epoch, request.broker_id))
+                .collect()
+        };
+        let replicas = replicas_now();
         // Long poll: wait until one of them has something past its fetch offset.
         let waiting = request.partitions.iter().zip(&replicas).all(|(fetch, replica)| {
             replica.as_ref().is_ok_and(|replica| replica.log_end_offset() == fetch.fetch_offset)
@@ -139,6 +141,8 @@ impl Node {
                 futures::future::select_all(waits).await;
             }
         }
+        // Leadership may have moved during the wait: check again.
+        let replicas = replicas_now();
         let mut answers = Vec::with_capacity(replicas.len());
         let mut records = Vec::new();
         for (fetch, replica) in request.partitions.iter().zip(replicas) {
