@@ -222,13 +222,7 @@ impl Partition {
         // so a round that finished before the cut never raises them again.
         self.with_log_mut(|log| {
             let log_end_offset = log.truncate_to(offset)?;
-            self.shared.durability.send_replace(Durability::Durable(log.durable_offset()));
-            self.shared.high_watermark.send_if_modified(|high_watermark| {
-                let lowered = (*high_watermark).min(log_end_offset);
-                std::mem::replace(high_watermark, lowered) != lowered
-            });
-            self.shared.log_end.send_replace(log_end_offset);
-            Ok(log_end_offset)
+            Ok(self.publish_cut(log, log_end_offset, false))
         })
         .inspect_err(|_| self.publish_if_fenced())
     }
@@ -238,12 +232,22 @@ impl Partition {
     pub fn restart_at(&self, offset: u64) -> Result<u64, LogError> {
         self.with_log_mut(|log| {
             let log_end_offset = log.restart_at(offset)?;
-            self.shared.durability.send_replace(Durability::Durable(log.durable_offset()));
-            self.shared.high_watermark.send_replace(log_end_offset);
-            self.shared.log_end.send_replace(log_end_offset);
-            Ok(log_end_offset)
+            Ok(self.publish_cut(log, log_end_offset, true))
         })
         .inspect_err(|_| self.publish_if_fenced())
+    }
+
+    /// Publishes a log cut to `log_end_offset` (called with the log lock held):
+    /// the durable offset, the high watermark and the log end come down with
+    /// it; a log `restarted` empty has its high watermark at its new start.
+    fn publish_cut(&self, log: &Log, log_end_offset: u64, restarted: bool) -> u64 {
+        self.shared.durability.send_replace(Durability::Durable(log.durable_offset()));
+        self.shared.high_watermark.send_if_modified(|high_watermark| {
+            let cut = if restarted { log_end_offset } else { (*high_watermark).min(log_end_offset) };
+            std::mem::replace(high_watermark, cut) != cut
+        });
+        self.shared.log_end.send_replace(log_end_offset);
+        log_end_offset
     }
 
     /// The log end offset.

@@ -125,17 +125,6 @@ fn give_back_fetch_buffer(buffer: Vec<u8>) {
     });
 }
 
-/// Runs an admin change (metadata fsync, partition directories) on the blocking
-/// pool, so the connection thread keeps serving its other connections meanwhile.
-async fn off_thread<T: Send + 'static, E: Into<ApiError> + Send + 'static>(
-    change: impl FnOnce() -> Result<T, E> + Send + 'static,
-) -> Result<T, ApiError> {
-    let done = tokio::task::spawn_blocking(change).await.map(|done| done.map_err(Into::into));
-    done.unwrap_or_else(|error| {
-        Err(ApiError::new(abi::ErrorCode::UnknownServerError, format!("admin task failed: {error}")))
-    })
-}
-
 fn set_plugin_summary(mut builder: abi::weir_capnp::plugin_summary::Builder<'_>, plugin: &PluginSummary) {
     builder.set_name(&plugin.name[..]);
     builder.set_hook(plugin.hook);
@@ -552,53 +541,20 @@ impl broker::Server for BrokerService {
     ) -> Result<(), capnp::Error> {
         let _permit = self.gate.enter()?;
         let kind = params.get()?.get_kind()?.to_str().unwrap_or_default().to_owned();
-        if kind == crate::controller::network::RaftCallKind::FetchPlugin.name() {
-            // Another broker lacks a registered plugin: its bytes, by digest.
-            let digest = String::from_utf8_lossy(params.get()?.get_payload()?).into_owned();
+        let broker_call = crate::controller::network::RaftCallKind::parse(&kind).filter(|kind| kind.is_broker_call());
+        if let Some(kind) = broker_call {
+            // Served by this broker (plugin bytes, a forwarded produce, a
+            // follower's fetch, …), not by its controller.
+            let payload = params.get()?.get_payload()?.to_vec();
             drop(params);
-            let node = self.node.clone();
             let mut results = results;
-            match off_thread(move || node.plugins().wasm(&digest)).await {
-                Ok(wasm) => {
-                    self.gate.connection.answered(wasm.len());
-                    results.get().set_payload(&wasm);
+            match self.node.answer_broker_call(kind, payload).await {
+                Ok(answer) => {
+                    self.gate.connection.answered(answer.len());
+                    results.get().set_payload(&answer);
                 }
                 Err(api_error) => set_error(results.get().init_error(), &api_error),
             }
-            return Ok(());
-        }
-        if kind == crate::controller::network::RaftCallKind::Produce.name() {
-            // Another broker's transform writes to a partition led here.
-            let payload = params.get()?.get_payload()?.to_vec();
-            drop(params);
-            let answer = self.node.produce_forwarded(&payload).await;
-            self.gate.connection.answered(answer.len());
-            let mut results = results;
-            results.get().set_payload(&answer);
-            return Ok(());
-        }
-        if kind == crate::controller::network::RaftCallKind::ReplicaFetch.name()
-            || kind == crate::controller::network::RaftCallKind::EpochEndOffset.name()
-        {
-            // A follower of partitions led here.
-            let payload = params.get()?.get_payload()?.to_vec();
-            drop(params);
-            let answer = match kind == crate::controller::network::RaftCallKind::ReplicaFetch.name() {
-                true => self.node.replica_fetch(&payload).await,
-                false => self.node.epoch_end_offset(&payload),
-            };
-            self.gate.connection.answered(answer.len());
-            let mut results = results;
-            results.get().set_payload(&answer);
-            return Ok(());
-        }
-        if kind == crate::controller::network::RaftCallKind::TransformStatus.name() {
-            drop(params);
-            let node = self.node.clone();
-            let answer = off_thread(move || Ok::<_, ApiError>(node.local_transform_status())).await.unwrap_or_default();
-            self.gate.connection.answered(answer.len());
-            let mut results = results;
-            results.get().set_payload(&answer);
             return Ok(());
         }
         let answered = answer_controller_call(self.node.controller(), params, results).await?;

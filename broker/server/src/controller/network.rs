@@ -73,6 +73,18 @@ impl RaftCallKind {
         }
     }
 
+    /// Calls served by the broker itself rather than its controller.
+    pub fn is_broker_call(self) -> bool {
+        matches!(
+            self,
+            RaftCallKind::FetchPlugin
+                | RaftCallKind::Produce
+                | RaftCallKind::TransformStatus
+                | RaftCallKind::ReplicaFetch
+                | RaftCallKind::EpochEndOffset
+        )
+    }
+
     pub fn parse(name: &str) -> Option<RaftCallKind> {
         let kinds = [
             RaftCallKind::AppendEntries,
@@ -234,13 +246,8 @@ impl Controller {
                 let learner: super::learners::Learner = serde_json::from_slice(request).map_err(bad)?;
                 answer(&self.add_learner(&learner).await)
             }
-            RaftCallKind::FetchPlugin
-            | RaftCallKind::Produce
-            | RaftCallKind::TransformStatus
-            | RaftCallKind::ReplicaFetch
-            | RaftCallKind::EpochEndOffset => {
-                Err(format!("this broker is starting; it serves {} calls once open", kind.name()))
-            }
+            // `is_broker_call`: answered by the broker once it is open.
+            broker_call => Err(format!("this broker is starting; it serves {} calls once open", broker_call.name())),
         }
     }
 }

@@ -421,6 +421,58 @@ impl Node {
     }
 }
 
+/// A peer call's payload with bytes after its header:
+/// `[u32 LE header length][header JSON][body]` (forwarded produces, replica
+/// fetch answers).
+fn frame(header: &impl serde::Serialize, body: &[u8]) -> Vec<u8> {
+    let header = serde_json::to_vec(header).unwrap_or_default();
+    let mut bytes = Vec::with_capacity(4 + header.len() + body.len());
+    bytes.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&header);
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// [`frame`] read back: the header and the body; `None` when malformed.
+fn unframe<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Option<(T, &[u8])> {
+    let length = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+    let header = serde_json::from_slice(bytes.get(4..4usize.checked_add(length)?)?).ok()?;
+    Some((header, &bytes[4 + length..]))
+}
+
+/// An `ApiError` carried in a peer call's answer: its code number and message.
+type PeerError = (u16, String);
+
+fn to_peer_error(error: &ApiError) -> PeerError {
+    (error.code as u16, error.message.clone())
+}
+
+fn from_peer_error((code, message): PeerError) -> ApiError {
+    ApiError::new(ErrorCode::from_u16(code).unwrap_or(ErrorCode::UnknownServerError), message)
+}
+
+impl Node {
+    /// Answers a call another broker makes to this broker rather than to its
+    /// controller (`RaftCallKind::is_broker_call`): plugin bytes, a forwarded
+    /// produce, a follower's fetch or epoch lookup, transform status.
+    pub async fn answer_broker_call(&self, kind: RaftCallKind, payload: Vec<u8>) -> Result<Vec<u8>, ApiError> {
+        match kind {
+            RaftCallKind::FetchPlugin => {
+                let (plugins, digest) = (self.plugins.clone(), String::from_utf8_lossy(&payload).into_owned());
+                plugins::blocking(move || plugins.wasm(&digest)).await
+            }
+            RaftCallKind::Produce => Ok(self.produce_forwarded(&payload).await),
+            RaftCallKind::ReplicaFetch => Ok(self.replica_fetch(&payload).await),
+            RaftCallKind::EpochEndOffset => Ok(self.epoch_end_offset(&payload)),
+            // In-memory progress and high watermarks: cheap enough inline.
+            RaftCallKind::TransformStatus => {
+                Ok(serde_json::to_vec(&self.transforms.local_status(self)).unwrap_or_default())
+            }
+            other => Err(ApiError::new(ErrorCode::InvalidRequest, format!("{} is a controller call", other.name()))),
+        }
+    }
+}
+
 /// The broker id a data directory belongs to.
 const IDENTITY_FILE: &str = "broker.json";
 

@@ -228,11 +228,6 @@ impl Node {
         })
     }
 
-    /// This broker's part of `listTransforms`, encoded for another broker.
-    pub fn local_transform_status(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.transforms.local_status(self)).unwrap_or_default()
-    }
-
     /// Moves the deployments a single-node broker kept (`transforms.json`)
     /// into the cluster metadata, with their producer ids, pause state and
     /// checkpoints; then sets the file aside (`transforms.json.upgraded`).
@@ -656,16 +651,11 @@ fn encode_forwarded_produce(request: &ProduceRequest) -> Vec<u8> {
     // The leader answers before the link gives up on the call.
     let timeout_ms = request.timeout_ms.min(FORWARDED_TIMEOUT_MS);
     let header = ForwardedProduce { topic: request.topic.clone(), partition: request.partition, acks, timeout_ms };
-    let header = serde_json::to_vec(&header).unwrap_or_default();
-    let mut payload = Vec::with_capacity(4 + header.len() + request.batches.len());
-    payload.extend_from_slice(&(header.len() as u32).to_le_bytes());
-    payload.extend_from_slice(&header);
-    payload.extend_from_slice(&request.batches);
-    payload
+    frame(&header, &request.batches)
 }
 
 /// The answer to a forwarded produce: `Ok(Produced)` or `Err((code, message))`, as JSON.
-type ForwardedAnswer = Result<(i64, i64), (u16, String)>;
+type ForwardedAnswer = Result<(i64, i64), PeerError>;
 
 fn decode_forwarded_answer(bytes: &[u8]) -> Result<Produced, ApiError> {
     let answer: ForwardedAnswer = serde_json::from_slice(bytes).map_err(|error| {
@@ -673,9 +663,7 @@ fn decode_forwarded_answer(bytes: &[u8]) -> Result<Produced, ApiError> {
     })?;
     match answer {
         Ok((base_offset, log_start_offset)) => Ok(Produced { base_offset, log_start_offset }),
-        Err((code, message)) => {
-            Err(ApiError::new(ErrorCode::from_u16(code).unwrap_or(ErrorCode::UnknownServerError), message))
-        }
+        Err(error) => Err(from_peer_error(error)),
     }
 }
 
@@ -686,7 +674,7 @@ impl Node {
         let answer: ForwardedAnswer = match decode_forwarded_produce(payload) {
             Ok(request) => match self.produce(request).await {
                 Ok(produced) => Ok((produced.base_offset, produced.log_start_offset)),
-                Err(error) => Err((error.code as u16, error.message)),
+                Err(error) => Err(to_peer_error(&error)),
             },
             Err(message) => Err((ErrorCode::InvalidRequest as u16, message)),
         };
@@ -695,10 +683,7 @@ impl Node {
 }
 
 fn decode_forwarded_produce(payload: &[u8]) -> Result<ProduceRequest, String> {
-    let length = payload.get(..4).ok_or("a forwarded produce without its header")?;
-    let length = u32::from_le_bytes(length.try_into().map_err(|_| "header length")?) as usize;
-    let header = payload.get(4..4 + length).ok_or("a forwarded produce's header is cut short")?;
-    let header: ForwardedProduce = serde_json::from_slice(header).map_err(|error| error.to_string())?;
+    let (header, batches) = unframe::<ForwardedProduce>(payload).ok_or("a malformed forwarded produce")?;
     let acks = match header.acks {
         0 => Acks::None,
         1 => Acks::Leader,
@@ -710,13 +695,13 @@ fn decode_forwarded_produce(payload: &[u8]) -> Result<ProduceRequest, String> {
         partition: header.partition,
         acks,
         timeout_ms: header.timeout_ms,
-        batches: payload[4 + length..].to_vec(),
+        batches: batches.to_vec(),
     })
 }
 
 /// Runs blocking plugin work (compiling, instantiating, file IO) off the
 /// runtime's workers.
-async fn blocking<T: Send + 'static, E: Into<ApiError> + Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static, E: Into<ApiError> + Send + 'static>(
     work: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, ApiError> {
     match tokio::task::spawn_blocking(work).await {

@@ -47,7 +47,7 @@ struct ReplicaFetchRequest {
 /// One partition's answer; its records follow the header, in order.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct ReplicaFetchAnswer {
-    error: Option<(u16, String)>,
+    error: Option<PeerError>,
     high_watermark: u64,
     log_start_offset: u64,
     log_end_offset: u64,
@@ -62,19 +62,11 @@ struct EpochEndOffsetRequest {
     requested_epoch: i32,
 }
 
-type EpochEndOffsetAnswer = Result<Option<(i32, u64)>, (u16, String)>;
+type EpochEndOffsetAnswer = Result<Option<(i32, u64)>, PeerError>;
 
 /// Partitions followed on one leader: its address and (topic, partition,
 /// leader epoch) of each.
 type Followed = (String, Vec<(String, u32, i32)>);
-
-fn encode_error(error: &ApiError) -> (u16, String) {
-    (error.code as u16, error.message.clone())
-}
-
-fn decode_error((code, message): (u16, String)) -> ApiError {
-    ApiError::new(ErrorCode::from_u16(code).unwrap_or(ErrorCode::UnknownServerError), message)
-}
 
 impl Node {
     /// The local replica of `topic-partition` as leader in `leader_epoch`,
@@ -114,7 +106,7 @@ impl Node {
                     error: Some((ErrorCode::InvalidRequest as u16, format!("a malformed replica fetch: {error}"))),
                     ..ReplicaFetchAnswer::default()
                 };
-                return encode_fetch_answers(&[answer], &[]);
+                return frame(&[answer], &[]);
             }
         };
         let replicas_now = || -> Vec<Result<Partition, ApiError>> {
@@ -173,7 +165,7 @@ impl Node {
                     answer.records_bytes = buffer.len() as u64;
                     records.extend_from_slice(&buffer);
                 }
-                Err(error) => answer.error = Some(encode_error(&error)),
+                Err(error) => answer.error = Some(to_peer_error(&error)),
             }
             if answer.error.is_some() {
                 // The offsets tell a follower behind the log start where to restart.
@@ -187,7 +179,7 @@ impl Node {
             }
             answers.push(answer);
         }
-        encode_fetch_answers(&answers, &records)
+        frame(&answers, &records)
     }
 
     /// Serves `epoch-end-offset` (KIP-279's OffsetsForLeaderEpoch) for a
@@ -204,7 +196,7 @@ impl Node {
                 }
                 Ok(partition.end_offset_for_epoch(request.requested_epoch)?)
             })
-            .map_err(|error| encode_error(&error));
+            .map_err(|error| to_peer_error(&error));
         serde_json::to_vec(&answer).unwrap_or_default()
     }
 
@@ -341,7 +333,7 @@ impl Node {
             let payload = serde_json::to_vec(&request).unwrap_or_default();
             let answer = self.call_peer(leader, &address, RaftCallKind::ReplicaFetch, payload).await;
             let answer = answer.unwrap_or_default();
-            let Some((answers, records)) = decode_fetch_answers(&answer) else {
+            let Some((answers, records)) = unframe::<Vec<ReplicaFetchAnswer>>(&answer) else {
                 tokio::time::sleep(REPLICA_FETCH_BACKOFF).await;
                 continue;
             };
@@ -352,7 +344,7 @@ impl Node {
                 position += answer.records_bytes as usize;
                 let key = (fetch.topic.clone(), fetch.partition);
                 if let Some(error) = answer.error {
-                    let error = decode_error(error);
+                    let error = from_peer_error(error);
                     tracing::debug!(partition = %format!("{}-{}", fetch.topic, fetch.partition), %error, "replica fetch refused");
                     if error.code == ErrorCode::OffsetOutOfRange && fetch.fetch_offset < answer.log_start_offset {
                         // Behind the leader's retention: start again at its log start.
@@ -451,20 +443,4 @@ impl Drop for Sessions {
     fn drop(&mut self) {
         self.0.values().for_each(tokio::task::JoinHandle::abort);
     }
-}
-
-/// `[u32 LE header length][JSON answers][records of each answer, in order]`.
-fn encode_fetch_answers(answers: &[ReplicaFetchAnswer], records: &[u8]) -> Vec<u8> {
-    let header = serde_json::to_vec(answers).unwrap_or_default();
-    let mut bytes = Vec::with_capacity(4 + header.len() + records.len());
-    bytes.extend_from_slice(&(header.len() as u32).to_le_bytes());
-    bytes.extend_from_slice(&header);
-    bytes.extend_from_slice(records);
-    bytes
-}
-
-fn decode_fetch_answers(bytes: &[u8]) -> Option<(Vec<ReplicaFetchAnswer>, &[u8])> {
-    let length = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
-    let answers = serde_json::from_slice(bytes.get(4..4 + length)?).ok()?;
-    Some((answers, &bytes[4 + length..]))
 }
