@@ -3,6 +3,9 @@
 #   1. controller failover: a 3-broker cluster; `kill -9` of the active controller,
 #      time until an admin request (topic create) succeeds on another broker;
 #      the killed broker is restarted between rounds. p50/p99 over ROUNDS kills.
+#      Then partition failover: a topic with replication factor 3; the leader of
+#      its partition 0 is killed (kill -9, then SIGTERM), time until an acks=all
+#      produce to it succeeds; ROUNDS rounds each.
 #   2. creating TOPICS one-partition topics one after another on a single broker.
 #   3. start-up of a single broker holding PARTITIONS partitions (clean stop).
 # Usage: scripts/cluster-figures.sh [ROUNDS=20] [TOPICS=1000] [PARTITIONS=10000]
@@ -66,6 +69,49 @@ t = sorted(float(x) for x in sys.argv[1:])
 q = lambda p: t[min(len(t) - 1, int(round(p * (len(t) - 1))))]
 print(f"controller failover over {len(t)} kills: p50 {q(0.5):.2f} s, p99 {q(0.99):.2f} s, max {t[-1]:.2f} s")
 EOF
+
+# ---- 1b. partition failover: RF=3, min.insync.replicas=2, acks=all ----
+# The leader of pf-0 is stopped (kill -9, then SIGTERM: a controlled shutdown);
+# time until an acks=all produce to pf-0 succeeds through the other brokers.
+# It is restarted and back in the ISR before the next round.
+"$WEIR" topic create pf --replication-factor 3 --config min.insync.replicas=2 --brokers "$(address 1)" >/dev/null
+isr_of_pf0() { "$WEIR" topic describe pf --format json --brokers "$(address "$1")" 2>/dev/null |
+  python3 -c 'import json,sys; p=json.load(sys.stdin)["partitions"][0]; print(p["leader"], len(p["isr"]))'; }
+partition_failover() { # $1: the signal (KILL or TERM); appends one time per round to FAILOVERS
+  local signal=$1 round leader isr other third start_time end_time
+  FAILOVERS=()
+  for round in $(seq 1 "$ROUNDS"); do
+    until read -r leader isr < <(isr_of_pf0 1 || isr_of_pf0 2 || isr_of_pf0 3) && [ "$leader" -gt 0 ] && [ "$isr" = 3 ]; do
+      sleep 0.1
+    done
+    other=$(( leader % 3 + 1 )); third=$(( other % 3 + 1 ))
+    start_time=$(now)
+    kill -"$signal" "${PID[$leader]}"; wait "${PID[$leader]}" 2>/dev/null || true
+    until echo "r$round" | "$WEIR" produce pf --partition 0 --acks all --delivery-timeout-ms 2000 \
+      --brokers "$(address "$other"),$(address "$third")" 2>/dev/null | grep -q "1 record(s) acknowledged"; do
+      sleep 0.02
+    done
+    end_time=$(now)
+    FAILOVERS+=("$(python3 -c "print($end_time - $start_time)")")
+    printf 'round %d: SIG%s to broker %d, leader of pf-0: produced after %.2f s\n' "$round" "$signal" "$leader" "${FAILOVERS[-1]}"
+    start "$leader"
+    wait_active "$other"
+  done
+}
+summary() {
+  python3 - "$@" <<'EOF2'
+import sys
+what = sys.argv[1]
+t = sorted(float(x) for x in sys.argv[2:])
+q = lambda p: t[min(len(t) - 1, int(round(p * (len(t) - 1))))]
+print(f"{what} over {len(t)} rounds: p50 {q(0.5):.2f} s, p99 {q(0.99):.2f} s, max {t[-1]:.2f} s")
+EOF2
+}
+partition_failover KILL
+summary "partition failover after kill -9 of its leader (to the next acks=all produce)" "${FAILOVERS[@]}"
+partition_failover TERM
+summary "partition failover after a controlled shutdown of its leader" "${FAILOVERS[@]}"
+
 for id in 1 2 3; do kill "${PID[$id]}" 2>/dev/null || true; done
 wait 2>/dev/null || true
 

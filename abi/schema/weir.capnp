@@ -124,6 +124,12 @@ struct ClusterDescription {
   brokers @3 :List(BrokerStatus);
   answeredBy @4 :Int32;          # the broker that answered
   metadataOffset @5 :Int64;      # the last metadata offset it applied (-1: none)
+  partitionCount @6 :UInt32;     # partitions of every topic, internal ones included
+  # "topic-partition" of each partition with fewer in-sync replicas than replicas,
+  # with fewer than its min.insync.replicas (acks=all refused), and with no leader.
+  underReplicated @7 :List(Text);
+  underMinIsr @8 :List(Text);
+  offline @9 :List(Text);
 }
 
 struct BrokerStatus {

@@ -62,6 +62,12 @@ async fn status(client: &ClientArgs) -> anyhow::Result<()> {
         "brokers": brokers,
         "answered_by": status.answered_by,
         "metadata_offset": status.metadata_offset,
+        "partitions": {
+            "count": status.partition_count,
+            "under_replicated": status.under_replicated,
+            "under_min_isr": status.under_min_isr,
+            "offline": status.offline,
+        },
     });
     print(client.format, value, || {
         let controller = match status.active_controller {
@@ -89,6 +95,23 @@ async fn status(client: &ClientArgs) -> anyhow::Result<()> {
                 broker.epoch,
                 broker.state
             ));
+        }
+        text.push_str(&format!(
+            "partitions: {}, under-replicated: {}, under min ISR: {}, offline: {}\n",
+            status.partition_count,
+            status.under_replicated.len(),
+            status.under_min_isr.len(),
+            status.offline.len()
+        ));
+        let named = [
+            ("under-replicated", &status.under_replicated),
+            ("under min ISR (acks=all refused)", &status.under_min_isr),
+            ("offline (no leader)", &status.offline),
+        ];
+        for (what, partitions) in named {
+            if !partitions.is_empty() {
+                text.push_str(&format!("{what}: {}\n", partitions.join(", ")));
+            }
         }
         text.trim_end().to_owned()
     });

@@ -61,6 +61,14 @@ pub struct ClusterStatus {
     pub answered_by: i32,
     /// The last metadata offset the answering broker applied (-1: none).
     pub metadata_offset: i64,
+    /// Partitions of every topic, internal ones included.
+    pub partition_count: u32,
+    /// `topic-partition` of each partition with fewer in-sync replicas than replicas.
+    pub under_replicated: Vec<String>,
+    /// ...with fewer in-sync replicas than its `min.insync.replicas` (`acks=all` refused).
+    pub under_min_isr: Vec<String>,
+    /// ...with no leader.
+    pub offline: Vec<String>,
 }
 
 /// One registered broker.
@@ -348,6 +356,10 @@ impl Admin {
                 brokers,
                 answered_by: cluster.get_answered_by(),
                 metadata_offset: cluster.get_metadata_offset(),
+                partition_count: cluster.get_partition_count(),
+                under_replicated: texts(cluster.get_under_replicated()?)?,
+                under_min_isr: texts(cluster.get_under_min_isr()?)?,
+                offline: texts(cluster.get_offline()?)?,
             })
         })
         .await
@@ -632,4 +644,8 @@ fn read_topic_partitions(
     list: capnp::struct_list::Reader<'_, topic_partition::Owned>,
 ) -> Result<Vec<(String, i32)>, ClientError> {
     list.iter().map(|entry| Ok((entry.get_topic()?.to_str()?.to_owned(), entry.get_partition()))).collect()
+}
+
+fn texts(list: capnp::text_list::Reader<'_>) -> Result<Vec<String>, ClientError> {
+    list.iter().map(|text| Ok(text?.to_str()?.to_owned())).collect()
 }

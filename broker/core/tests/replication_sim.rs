@@ -31,7 +31,7 @@ use broker_core::cluster::{
     BrokerRegistration, ClusterImage, ControllerError, InitialIsr, MetadataRecord, PartitionState,
 };
 use broker_core::log::FlushPolicy;
-use broker_core::replication::{Divergence, IsrAnswer, LeaderEpochCache, LeaderReplicas, ReplicaOffsets};
+use broker_core::replication::{Divergence, LeaderEpochCache, LeaderReplicas, ReplicaOffsets};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -80,12 +80,6 @@ enum Message {
         leader_epoch: i32,
         partition_epoch: i32,
         isr: Vec<i32>,
-    },
-    /// The controller's answer to an AlterPartition.
-    IsrAnswered {
-        leader_epoch: i32,
-        partition_epoch: i32,
-        answer: IsrAnswer,
     },
 }
 
@@ -311,19 +305,22 @@ impl Sim {
         }
     }
 
+    /// The controller applies an AlterPartition or refuses it; leaders learn
+    /// the outcome from the metadata only (answers settle nothing).
     fn controller_receives(&mut self, from: i32, message: Message) {
         let Message::AlterPartition { leader_epoch, partition_epoch, isr } = message else { return };
-        let answer = match self.image.alter_partition(TOPIC, 0, from, (leader_epoch, partition_epoch), &isr) {
-            Ok(records) if records.is_empty() => IsrAnswer::Settled,
+        match self.image.alter_partition(TOPIC, 0, from, (leader_epoch, partition_epoch), &isr) {
             Ok(records) => {
+                assert!(!records.is_empty(), "an applied AlterPartition always bumps the partition epoch");
                 self.commit(records);
-                IsrAnswer::Applied
             }
-            Err(ControllerError::InvalidIsr(_)) => IsrAnswer::Settled,
-            Err(ControllerError::StaleLeader(_) | ControllerError::StalePartitionEpoch(_)) => IsrAnswer::Stale,
+            Err(
+                ControllerError::InvalidIsr(_)
+                | ControllerError::StaleLeader(_)
+                | ControllerError::StalePartitionEpoch(_),
+            ) => {}
             Err(error) => panic!("AlterPartition: {error}"),
-        };
-        self.send(CONTROLLER, from, Message::IsrAnswered { leader_epoch, partition_epoch, answer });
+        }
     }
 
     fn replica_receives(&mut self, to: i32, from: i32, message: Message) {
@@ -388,14 +385,6 @@ impl Sim {
                 if (*leader, *epoch) == (from, leader_epoch) {
                     let step = Divergence::start(&replica.epochs);
                     self.divergence_step(to, step);
-                }
-            }
-            Message::IsrAnswered { leader_epoch, partition_epoch, answer } => {
-                let replica = self.replicas.get_mut(&to).unwrap();
-                if let Role::Leader(leader) = &mut replica.role {
-                    if leader.leader_epoch() == leader_epoch {
-                        leader.on_isr_answer(partition_epoch, answer);
-                    }
                 }
             }
             Message::AlterPartition { .. } => unreachable!("sent to the controller only"),

@@ -72,6 +72,8 @@ pub struct BrokerConfig {
     pub plugins: PluginSettings,
     /// The controller quorum and broker membership (the `[controller]` table).
     pub controller: ControllerSettings,
+    /// `[replication]`: how partition leaders judge their followers.
+    pub replication: ReplicationSettings,
 }
 
 /// One voter of the controller quorum: a broker id and its `listen` address.
@@ -102,6 +104,20 @@ pub struct ControllerSettings {
     /// This broker's rack (`rack`, Kafka's `broker.rack`): replicas of a partition
     /// go to different racks first. `None`: no rack.
     pub rack: Option<String>,
+}
+
+/// How partition leaders judge their followers (`[replication]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicationSettings {
+    /// A follower not caught up with its leader's log for this long leaves the
+    /// ISR (`replica_lag_time_max_ms`, Kafka's `replica.lag.time.max.ms`).
+    pub replica_lag_time_max_ms: u64,
+}
+
+impl Default for ReplicationSettings {
+    fn default() -> ReplicationSettings {
+        ReplicationSettings { replica_lag_time_max_ms: 30_000 }
+    }
 }
 
 impl Default for ControllerSettings {
@@ -250,6 +266,7 @@ impl Default for BrokerConfig {
             limits: Limits::default(),
             plugins: PluginSettings::default(),
             controller: ControllerSettings::default(),
+            replication: ReplicationSettings::default(),
         }
     }
 }
@@ -368,6 +385,9 @@ impl BrokerConfig {
         self.plugins.memory_bytes_max = plugins.memory_bytes_max.unwrap_or(self.plugins.memory_bytes_max);
         self.plugins.output_bytes_max = plugins.output_bytes_max.unwrap_or(self.plugins.output_bytes_max);
         self.plugins.instances_max = plugins.instances_max.unwrap_or(self.plugins.instances_max);
+        let replication = raw.replication.unwrap_or_default();
+        self.replication.replica_lag_time_max_ms =
+            replication.replica_lag_time_max_ms.unwrap_or(self.replication.replica_lag_time_max_ms);
         let controller = raw.controller.unwrap_or_default();
         let mut problems = Vec::new();
         if let Some(voters) = controller.voters {
@@ -432,6 +452,13 @@ impl BrokerConfig {
         check_at_least(&mut problems, "plugins.output_bytes_max", self.plugins.output_bytes_max, KIB);
         check_range(&mut problems, "plugins.instances_max", self.plugins.instances_max, 1, 10_000);
         self.controller.check(&mut problems);
+        check_range(
+            &mut problems,
+            "replication.replica_lag_time_max_ms",
+            self.replication.replica_lag_time_max_ms,
+            100,
+            3_600_000,
+        );
         check_at_least(&mut problems, "broker_id", self.broker_id, 0);
         if let Err(error) = self.log.validate() {
             problems.extend(error.problems.into_iter().map(|problem| format!("[log] {problem}")));
@@ -560,7 +587,15 @@ struct RawConfig {
     limits: Option<RawLimits>,
     plugins: Option<RawPlugins>,
     controller: Option<RawController>,
+    replication: Option<RawReplication>,
     log: Option<LogTable>,
+}
+
+/// The `[replication]` table as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReplication {
+    replica_lag_time_max_ms: Option<u64>,
 }
 
 /// The `[controller]` table as written.
@@ -792,9 +827,14 @@ mod tests {
             "max.message.bytes" = 1000000
             "cleanup.policy" = "delete"
             "message.timestamp.type" = "CreateTime"
+            "min.insync.replicas" = 2
+
+            [replication]
+            replica_lag_time_max_ms = 5000
         "#;
         let expected = BrokerConfig {
             controller: ControllerSettings::default(),
+            replication: ReplicationSettings { replica_lag_time_max_ms: 5000 },
             listen: "0.0.0.0:9000".to_owned(),
             advertised_listener: Some("broker-1.example.com:9000".to_owned()),
             data_dir: PathBuf::from("/var/lib/weir"),
@@ -809,6 +849,7 @@ mod tests {
                 flush_policy: FlushPolicy::Interval,
                 flush_interval_ms: 50,
                 batch_bytes_max: 1_000_000,
+                min_insync_replicas: 2,
             },
             flush_threads: 4,
             retention_check_interval_ms: 60_000,
@@ -1017,8 +1058,11 @@ mod tests {
             limits,
             plugins,
             controller,
+            replication,
             log,
         } = &raw;
+        let RawReplication { replica_lag_time_max_ms } = replication.as_ref().expect("the example has [replication]");
+        assert!(replica_lag_time_max_ms.is_some());
         let top_level = [
             listen.is_some(),
             data_dir.is_some(),

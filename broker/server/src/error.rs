@@ -52,6 +52,17 @@ impl From<LogError> for ApiError {
     }
 }
 
+impl From<crate::partition::ReplicaError> for ApiError {
+    fn from(error: crate::partition::ReplicaError) -> ApiError {
+        use crate::partition::ReplicaError;
+        match error {
+            ReplicaError::Log(error) => error.into(),
+            ReplicaError::Role(message) => ApiError::new(ErrorCode::NotLeaderOrFollower, message),
+            ReplicaError::NotEnoughReplicas(message) => ApiError::new(ErrorCode::NotEnoughReplicas, message),
+        }
+    }
+}
+
 impl From<SequenceError> for ApiError {
     fn from(error: SequenceError) -> ApiError {
         let code = match error {

@@ -5,17 +5,21 @@
 //! A group lives on partition `crc32(group id) % partition count` (stable across
 //! restarts). Every write goes: lock the shard's coordinator → handler → encode its
 //! records as one batch (key/value records; a null value is a tombstone) → append →
-//! replay into the coordinator → unlock → wait until the log is durable up to the
-//! batch (and so everything before it) → answer. A request that writes nothing
-//! still waits until the shard's log is durable up to its end, so no answer ever
-//! reports state a crash could take back. At start-up each shard replays its
-//! partition from the log start.
+//! replay into the coordinator → unlock → wait until the batch (and so
+//! everything before it) is committed: durable here, then on every in-sync
+//! replica of the partition → answer. A request that writes nothing still waits
+//! until the shard's log is committed up to its end, so no answer ever reports
+//! state a crash or a failover could take back. A shard taken up (at start-up,
+//! or when this broker becomes the partition's leader) replays its partition
+//! from the log start; if the log ends inside a torn snapshot it first writes a
+//! whole one.
 //!
 //! Compaction by snapshot (Weir has no key compaction yet): once a shard's log
 //! holds more than [`SNAPSHOT_AFTER_BYTES`], the shard rolls its segment, appends
 //! its whole state between snapshot markers (one append, under the coordinator's
-//! lock, so nothing interleaves), waits until that is durable, and drops every
-//! segment before it. Replay honours a snapshot only once its end marker is read,
+//! lock, so nothing interleaves), waits until that is committed, and drops every
+//! segment before it (followers drop theirs when their leader's log start passes
+//! them). Replay honours a snapshot only once its end marker is read,
 //! so a crash midway leaves the old records in charge.
 
 use std::collections::BTreeMap;
@@ -39,6 +43,10 @@ use crate::partition::{lock, Partition};
 pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Its partition count (fixed once created).
 pub const CONSUMER_OFFSETS_PARTITIONS: u32 = 8;
+/// Replicas of each `__consumer_offsets` partition, at most (fewer brokers: one each).
+pub const CONSUMER_OFFSETS_REPLICATION_FACTOR: usize = 3;
+/// How long a group write waits to be committed (on every in-sync replica).
+const GROUP_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// A shard's log size past which it is rewritten as a snapshot.
 pub const SNAPSHOT_AFTER_BYTES: u64 = 32 << 20;
 /// Largest batch a snapshot is cut into (below `max.message.bytes`).
@@ -100,7 +108,7 @@ impl GroupCoordinators {
 
     /// Takes up the shards of the `__consumer_offsets` partitions this broker now
     /// leads (replaying each new one from its log) and drops the others.
-    pub fn lead(&self, led: Vec<(u32, Partition)>) -> Result<(), LogError> {
+    pub fn lead(&self, led: Vec<(u32, Partition)>) -> Result<(), ApiError> {
         let current: Vec<Option<Arc<Shard>>> = self.shards.read().unwrap_or_else(|p| p.into_inner()).clone();
         let mut next = vec![None; CONSUMER_OFFSETS_PARTITIONS as usize];
         for (index, partition) in led {
@@ -110,7 +118,15 @@ impl GroupCoordinators {
                 Some(shard) => shard.clone(),
                 None => {
                     let mut coordinator = Coordinator::new(self.config.clone());
-                    replay_partition(&partition, &mut coordinator)?;
+                    if replay_partition(&partition, &mut coordinator)? {
+                        // A snapshot torn by a crash of the previous owner (or
+                        // copied only in part before a failover): a whole one
+                        // closes it before any other record follows.
+                        partition.roll()?;
+                        let mut bytes = snapshot_batches(&coordinator.snapshot_records(), self.clock.now_ms());
+                        partition.append_as_leader(&mut bytes).map_err(as_coordinator)?;
+                        tracing::info!(partition = %partition.name(), "a torn group snapshot closed by a whole one");
+                    }
                     let snapshot_bytes = std::sync::atomic::AtomicU64::new(0);
                     tracing::info!(partition = %partition.name(), "coordinating the groups of this partition");
                     let retired = std::sync::atomic::AtomicBool::new(false);
@@ -163,7 +179,7 @@ impl GroupCoordinators {
             records.iter().for_each(|record| coordinator.replay(record));
             (end, value)
         };
-        shard.partition.wait_durable(durable_needed).await?;
+        wait_committed(&shard.partition, durable_needed).await?;
         Ok(value)
     }
 
@@ -240,10 +256,10 @@ impl GroupCoordinators {
                 shard.partition.roll()?;
                 let mut bytes = snapshot_batches(&coordinator.snapshot_records(), self.clock.now_ms());
                 shard.snapshot_bytes.store(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                let info = shard.partition.append(&mut bytes, 0)?;
+                let (info, _) = shard.partition.append_as_leader(&mut bytes).map_err(as_coordinator)?;
                 (info.base_offset, info.last_offset + 1)
             };
-            shard.partition.wait_durable(end).await?;
+            wait_committed(&shard.partition, end).await?;
             let count = shard.partition.retire_segments_below(snapshot_offset)?;
             tracing::info!(partition = %shard.partition.name(), segments = count, size_bytes, "group state snapshot written");
             retired += count;
@@ -269,7 +285,7 @@ impl GroupCoordinators {
             match outcome {
                 Ok((end, count)) if count > 0 => {
                     tracing::info!(partition = %shard.partition.name(), record_count = count, "group sessions expired");
-                    if let Err(error) = shard.partition.wait_durable(end).await {
+                    if let Err(error) = wait_committed(&shard.partition, end).await {
                         tracing::warn!(%error, "group expiry not durable");
                     }
                 }
@@ -280,8 +296,28 @@ impl GroupCoordinators {
     }
 }
 
+/// Waits until everything below `end` is committed — durable here, then on every
+/// in-sync replica, in the leader epoch this broker leads now — so a group's
+/// state survives its partition's failover.
+async fn wait_committed(partition: &Partition, end: u64) -> Result<(), ApiError> {
+    let leader_epoch = partition.leader_epoch().ok_or_else(|| {
+        ApiError::new(ErrorCode::NotCoordinator, format!("this broker no longer leads {}", partition.name()))
+    })?;
+    let deadline = tokio::time::Instant::now() + GROUP_WRITE_TIMEOUT;
+    let timed_out = || {
+        let message = format!("the group write to {} was not on every in-sync replica in time", partition.name());
+        ApiError::new(ErrorCode::RequestTimedOut, message)
+    };
+    tokio::time::timeout_at(deadline, partition.wait_durable(end)).await.map_err(|_| timed_out())??;
+    match partition.wait_committed(end, leader_epoch, deadline).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(timed_out()),
+        Err(error) => Err(ApiError::new(ErrorCode::NotCoordinator, error.to_string())),
+    }
+}
+
 /// Appends `records` as one batch; returns the offset everything up to which must
-/// be durable before answering (the log end when there is nothing to append).
+/// be committed before answering (the log end when there is nothing to append).
 fn append(partition: &Partition, records: &[GroupRecord], now: i64) -> Result<u64, ApiError> {
     if records.is_empty() {
         return Ok(partition.with_log(|log| Ok(log.log_end_offset()))?);
@@ -291,8 +327,17 @@ fn append(partition: &Partition, records: &[GroupRecord], now: i64) -> Result<u6
         let (key, value) = record.encode();
         builder.push(now, Some(&key), value.as_deref(), &[]);
     }
-    let info = partition.append(&mut builder.encode(), 0)?;
+    let (info, _) = partition.append_as_leader(&mut builder.encode()).map_err(as_coordinator)?;
     Ok(info.last_offset + 1)
+}
+
+/// A write refused because this broker no longer leads the partition is
+/// `NotCoordinator` to clients (they look for the new coordinator).
+fn as_coordinator(error: crate::partition::ReplicaError) -> ApiError {
+    match error {
+        crate::partition::ReplicaError::Role(message) => ApiError::new(ErrorCode::NotCoordinator, message),
+        other => other.into(),
+    }
 }
 
 /// Encodes `records` as back-to-back batches of at most `SNAPSHOT_BATCH_BYTES`.
@@ -318,7 +363,9 @@ fn snapshot_batches(records: &[GroupRecord], now: i64) -> Vec<u8> {
 }
 
 /// Replays every record of `partition` into `coordinator`.
-fn replay_partition(partition: &Partition, coordinator: &mut Coordinator) -> Result<(), LogError> {
+/// Replays `partition` into `coordinator`; returns whether the log ends inside
+/// a torn snapshot (see [`Coordinator::finish_replay`]).
+fn replay_partition(partition: &Partition, coordinator: &mut Coordinator) -> Result<bool, LogError> {
     let (mut offset, end) = partition.with_log(|log| Ok((log.log_start_offset(), log.log_end_offset())))?;
     let mut buffer = Vec::new();
     while offset < end {
@@ -350,6 +397,5 @@ fn replay_partition(partition: &Partition, coordinator: &mut Coordinator) -> Res
         }
         offset = info.next_offset;
     }
-    coordinator.finish_replay();
-    Ok(())
+    Ok(coordinator.finish_replay())
 }

@@ -17,11 +17,20 @@
 //! appenders it released usually append again within microseconds, and without the
 //! wait they would split into two halves that alternate between fdatasyncs.
 //!
-//! Truncation must go through the log's owner together with the durable watch
-//! (replication will add a `Partition` method for it); `with_log` is for reads.
+//! Truncation goes through `Partition` methods, which keep the watches in step
+//! with the log; `with_log` is for reads.
+//!
+//! Replication (DESIGN §3): the cluster metadata gives each replica a [`Role`].
+//! A leader keeps its followers' progress ([`LeaderReplicas`]) and publishes the
+//! high watermark over its ISR; a follower publishes what its leader's fetch
+//! answers say, never what its own log would allow. Appends check the role
+//! under the log lock: a follower's copy never lands in a leader's log, nor a
+//! deposed leader's append in a follower's. Lock order: the log, then the role.
 //!
 //! Invariants: the published durable offset only grows; once the log is fenced the
-//! watch says so and every waiter gets the error instead of waiting forever.
+//! watch says so and every waiter gets the error instead of waiting forever. The
+//! high watermark grows while a role lasts; it comes down only with a truncation
+//! or a role change (a new leader starts from the committed offset it knew).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -29,8 +38,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use broker_core::clock::Clock;
+use broker_core::cluster::{BrokerId, PartitionState};
 use broker_core::log::{AppendInfo, FlushPolicy, Log, LogConfig, LogError, ReadInfo, ValidatedBatches};
-use broker_core::replication::{HighWatermark, ReplicaOffsets};
+use broker_core::replication::{HighWatermark, LeaderReplicas, ReplicaOffsets};
 use tokio::sync::watch;
 
 use crate::environment::Environment;
@@ -43,6 +53,43 @@ pub enum Durability {
     Durable(u64),
     /// A sync failed; the log is fenced and nothing more will become durable.
     Failed(String),
+}
+
+/// Why a partition refused an operation.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// The replica is not in the role the caller expected: leadership moved.
+    #[error("{0}")]
+    Role(String),
+    /// Fewer in-sync replicas than `min.insync.replicas`.
+    #[error("{0}")]
+    NotEnoughReplicas(String),
+}
+
+/// What this replica is to its partition, as the cluster metadata says.
+#[derive(Debug)]
+enum Role {
+    /// Placed by no cluster (a partition opened on its own: tools, tests): the
+    /// log alone is the ISR.
+    Standalone,
+    Leader {
+        replicas: LeaderReplicas,
+        min_insync_replicas: usize,
+    },
+    /// Copies the log of the leader of `leader_epoch` (-1: there is none now).
+    Follower {
+        leader_epoch: i32,
+    },
+}
+
+/// An ISR change a leader asks the controller for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IsrRequest {
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub isr: Vec<BrokerId>,
 }
 
 /// Where the partition is in the group-commit cycle.
@@ -95,6 +142,11 @@ struct Shared {
     closed: std::sync::atomic::AtomicBool,
     /// The log end offset, for followers' long polls on a leader.
     log_end: watch::Sender<u64>,
+    /// See [`Role`]; taken after the log lock, never before it.
+    role: Mutex<Role>,
+    /// The leader epoch while leading (-1 otherwise), for waiters that must
+    /// not outlive their leadership. Written with the role.
+    leading_epoch: AtomicI64,
 }
 
 /// Locks, carrying on past poisoning: every guarded value here stays consistent
@@ -139,6 +191,8 @@ impl Partition {
             clock: environment.clock,
             closed: std::sync::atomic::AtomicBool::new(false),
             log_end,
+            role: Mutex::new(Role::Standalone),
+            leading_epoch: AtomicI64::new(0),
         };
         Ok(Partition { shared: Arc::new(shared) })
     }
@@ -155,86 +209,131 @@ impl Partition {
         self.with_log_mut(|log| f(log))
     }
 
-    fn with_log_mut<T>(&self, f: impl FnOnce(&mut Log) -> Result<T, LogError>) -> Result<T, LogError> {
-        match lock(&self.shared.log).as_mut() {
-            Some(log) => f(log),
-            None => Err(self.closed()),
+    /// Runs `f` on the open log with its lock held; a failure that fenced the
+    /// log is published to every waiter.
+    fn with_log_mut<T, E: From<LogError>>(&self, f: impl FnOnce(&mut Log) -> Result<T, E>) -> Result<T, E> {
+        let mut log = lock(&self.shared.log);
+        let Some(open) = log.as_mut() else { return Err(self.closed().into()) };
+        let result = f(open);
+        if result.is_err() {
+            if let Some(reason) = open.fenced_reason() {
+                self.shared.durability.send_replace(Durability::Failed(reason.to_owned()));
+            }
         }
+        result
     }
 
     fn closed(&self) -> LogError {
         LogError::Closed { dir: self.shared.dir.clone() }
     }
 
-    /// Appends batches (see [`Log::append`]); under `flush.policy=always` also
-    /// schedules the group-commit round that will make them durable. Validation
-    /// (the CRC of every byte) runs before the lock is taken.
-    pub fn append(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
+    /// Appends batches (see [`Log::append`]) as the leader of `leader_epoch`
+    /// (refused when this replica does not lead in that epoch); under
+    /// `flush.policy=always` also schedules the group-commit round that will
+    /// make them durable. Validation (the CRC of every byte) runs before the
+    /// lock is taken.
+    pub fn append(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, ReplicaError> {
         let config = self.config();
         let validated = ValidatedBatches::new(batches, &config)?;
-        let (info, durable_offset) = self
-            .with_log_mut(|log| Ok((log.append_validated(validated, leader_epoch)?, log.durable_offset())))
-            .inspect_err(|_| self.publish_if_fenced())?;
-        self.appended(&config, info, durable_offset);
+        let info = self.with_log_mut(|log| -> Result<_, ReplicaError> {
+            self.check_leads(leader_epoch)?;
+            let info = log.append_validated(validated, leader_epoch)?;
+            self.appended(log, &config, info);
+            Ok(info)
+        })?;
+        self.appended_unlocked(&config);
         Ok(info)
     }
 
-    /// What follows an append: the log end published, a flush round scheduled
-    /// (`always`) or the high watermark moved (`interval`).
-    fn appended(&self, config: &LogConfig, info: AppendInfo, durable_offset: u64) {
-        self.shared.append_count.fetch_add(1, Ordering::Relaxed);
-        let log_end_offset = info.last_offset + 1;
-        // Only up: concurrent appends publish in any order.
-        self.shared.log_end.send_if_modified(|end| {
-            let raised = log_end_offset > *end;
-            if raised {
-                *end = log_end_offset;
-            }
-            raised
-        });
-        match config.flush_policy {
-            FlushPolicy::Always => self.schedule_round(),
-            FlushPolicy::Interval => {
-                self.advance_high_watermark(FlushPolicy::Interval, ReplicaOffsets { log_end_offset, durable_offset });
-            }
+    /// [`Partition::append`] in whatever epoch this replica leads now (the
+    /// broker's own records: consumer groups); returns the epoch too.
+    pub fn append_as_leader(&self, batches: &mut [u8]) -> Result<(AppendInfo, i32), ReplicaError> {
+        let leader_epoch = self.leader_epoch().ok_or_else(|| self.not_in_role("does not lead"))?;
+        Ok((self.append(batches, leader_epoch)?, leader_epoch))
+    }
+
+    /// Fails unless this replica leads in `leader_epoch` (or stands alone);
+    /// called with the log lock held.
+    fn check_leads(&self, leader_epoch: i32) -> Result<(), ReplicaError> {
+        match &*lock(&self.shared.role) {
+            Role::Standalone => Ok(()),
+            Role::Leader { replicas, .. } if replicas.leader_epoch() == leader_epoch => Ok(()),
+            _ => Err(self.not_in_role(&format!("does not lead in leader epoch {leader_epoch}"))),
         }
     }
 
-    /// Appends batches copied from the partition's leader, byte for byte (see
-    /// [`Log::append_replicated`]), made durable by the same group commit.
-    pub fn append_replicated(&self, batches: &mut [u8]) -> Result<AppendInfo, LogError> {
+    /// Fails unless this replica follows the leader of `leader_epoch`; called
+    /// with the log lock held.
+    fn check_follows(&self, leader_epoch: i32) -> Result<(), ReplicaError> {
+        match &*lock(&self.shared.role) {
+            Role::Follower { leader_epoch: following } if *following == leader_epoch && leader_epoch >= 0 => Ok(()),
+            _ => Err(self.not_in_role(&format!("does not follow the leader of epoch {leader_epoch}"))),
+        }
+    }
+
+    fn not_in_role(&self, what: &str) -> ReplicaError {
+        ReplicaError::Role(format!("this replica of {} {what}", self.shared.name))
+    }
+
+    /// What follows an append, with the log lock held (so the offsets given
+    /// the high-watermark rule are the log's, never an older append's): the
+    /// log end published and, under `interval`, the high watermark moved.
+    fn appended(&self, log: &Log, config: &LogConfig, info: AppendInfo) {
+        self.shared.append_count.fetch_add(1, Ordering::Relaxed);
+        self.shared.log_end.send_replace(info.last_offset + 1);
+        if config.flush_policy == FlushPolicy::Interval {
+            self.advance_high_watermark(FlushPolicy::Interval, Self::leader_offsets(log));
+        }
+    }
+
+    /// What follows an append once the log lock is released: under `always`,
+    /// the flush round that will make it durable.
+    fn appended_unlocked(&self, config: &LogConfig) {
+        if config.flush_policy == FlushPolicy::Always {
+            self.schedule_round();
+        }
+    }
+
+    /// Appends batches copied from the leader of `leader_epoch`, byte for byte
+    /// (see [`Log::append_replicated`]), made durable by the same group commit;
+    /// refused unless this replica follows that leader.
+    pub fn append_replicated(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, ReplicaError> {
         let config = self.config();
         let validated = ValidatedBatches::new(batches, &config)?;
-        let (info, durable_offset) = self
-            .with_log_mut(|log| Ok((log.append_replicated(validated)?, log.durable_offset())))
-            .inspect_err(|_| self.publish_if_fenced())?;
-        self.appended(&config, info, durable_offset);
+        let info = self.with_log_mut(|log| -> Result<_, ReplicaError> {
+            self.check_follows(leader_epoch)?;
+            let info = log.append_replicated(validated)?;
+            self.appended(log, &config, info);
+            Ok(info)
+        })?;
+        self.appended_unlocked(&config);
         Ok(info)
     }
 
     /// Cuts the log to end at `offset` (whole batches; see [`Log::truncate_to`]):
-    /// a follower whose log diverged from its leader's. Only followers truncate,
-    /// so no producer waits on what goes; the published durable offset, the high
-    /// watermark and the log end come down with the log (the one exception to
-    /// their only growing). Returns the new log end.
-    pub fn truncate_to(&self, offset: u64) -> Result<u64, LogError> {
+    /// a follower of the leader of `leader_epoch` whose log diverged from its
+    /// leader's. Only followers truncate, so no producer waits on what goes; the
+    /// published durable offset, the high watermark and the log end come down
+    /// with the log (the one exception to their only growing). Returns the new
+    /// log end.
+    pub fn truncate_to(&self, offset: u64, leader_epoch: i32) -> Result<u64, ReplicaError> {
         // Published under the log lock, as flush rounds publish (see `publish`),
         // so a round that finished before the cut never raises them again.
         self.with_log_mut(|log| {
+            self.check_follows(leader_epoch)?;
             let log_end_offset = log.truncate_to(offset)?;
             Ok(self.publish_cut(log, log_end_offset, false))
         })
-        .inspect_err(|_| self.publish_if_fenced())
     }
 
     /// Empties the log and restarts it at `offset` (a follower behind its
     /// leader's log start); publishes like [`Partition::truncate_to`].
-    pub fn restart_at(&self, offset: u64) -> Result<u64, LogError> {
+    pub fn restart_at(&self, offset: u64, leader_epoch: i32) -> Result<u64, ReplicaError> {
         self.with_log_mut(|log| {
+            self.check_follows(leader_epoch)?;
             let log_end_offset = log.restart_at(offset)?;
             Ok(self.publish_cut(log, log_end_offset, true))
         })
-        .inspect_err(|_| self.publish_if_fenced())
     }
 
     /// Publishes a log cut to `log_end_offset` (called with the log lock held):
@@ -291,14 +390,13 @@ impl Partition {
     /// Replaces the config (altered topic configs); see [`Log::set_config`]. Switching
     /// to `flush.policy=interval` makes everything appended so far visible at once.
     pub fn set_config(&self, config: LogConfig) -> Result<(), LogError> {
-        let leader = self.with_log_mut(|log| {
+        self.with_log_mut(|log| {
             log.set_config(config.clone())?;
-            Ok(ReplicaOffsets { log_end_offset: log.log_end_offset(), durable_offset: log.durable_offset() })
-        })?;
-        let flush_policy = config.flush_policy;
-        *self.shared.config.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = config;
-        self.advance_high_watermark(flush_policy, leader);
-        Ok(())
+            let flush_policy = config.flush_policy;
+            *self.shared.config.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = config;
+            self.advance_high_watermark(flush_policy, Self::leader_offsets(log));
+            Ok(())
+        })
     }
 
     /// The high watermark: readers see offsets below it only.
@@ -318,15 +416,220 @@ impl Partition {
         self.high_watermark()
     }
 
-    /// The high-watermark rule (`broker_core::replication::HighWatermark`) with
-    /// the leader as the whole ISR: one node, `min.insync.replicas` = 1.
+    /// The high-watermark rule after the leader's own offsets moved: over the
+    /// ISR on a leader ([`LeaderReplicas::advance_high_watermark`]), over the
+    /// log alone when standalone; a follower's comes from its leader.
     fn advance_high_watermark(&self, policy: FlushPolicy, leader: ReplicaOffsets) {
-        self.shared.high_watermark.send_if_modified(|offset| {
-            let mut high_watermark = HighWatermark::new(*offset);
-            let advanced = high_watermark.advance(policy, &[leader], 1).is_some();
-            *offset = high_watermark.offset();
-            advanced
+        let mut role = lock(&self.shared.role);
+        self.advance_in_role(&mut role, policy, leader);
+    }
+
+    fn advance_in_role(&self, role: &mut Role, policy: FlushPolicy, leader: ReplicaOffsets) {
+        let advanced = match role {
+            Role::Standalone => {
+                let mut high_watermark = HighWatermark::new(self.high_watermark());
+                high_watermark.advance(policy, &[leader], 1)
+            }
+            Role::Leader { replicas, min_insync_replicas } => {
+                replicas.advance_high_watermark(policy, leader, *min_insync_replicas)
+            }
+            Role::Follower { .. } => None,
+        };
+        if let Some(high_watermark) = advanced {
+            self.shared.high_watermark.send_if_modified(|published| {
+                let raised = high_watermark > *published;
+                *published = (*published).max(high_watermark);
+                raised
+            });
+        }
+    }
+
+    /// The leader's offsets now; called with the log lock held.
+    fn leader_offsets(log: &Log) -> ReplicaOffsets {
+        ReplicaOffsets { log_end_offset: log.log_end_offset(), durable_offset: log.durable_offset() }
+    }
+
+    /// Takes up the role the cluster metadata gives this replica (broker `me`)
+    /// in `state`: leader when `leads`, else follower of `state`'s leader. A
+    /// leader that stays leader in the same epoch learns the new ISR and
+    /// replica set. A new leader starts its high watermark from the committed
+    /// offset it knew (as a follower, or as the leader before), never from its
+    /// own log end: records past it may be on no other ISR member.
+    pub fn take_role(&self, me: BrokerId, state: &PartitionState, leads: bool, now_ms: u64) {
+        let min_insync_replicas = usize::from(self.config().min_insync_replicas);
+        let _ = self.with_log_mut(|log| -> Result<(), LogError> {
+            let mut role = lock(&self.shared.role);
+            let policy = self.config().flush_policy;
+            let known = match &*role {
+                // Nothing published by a cluster yet: only the log start is known committed.
+                Role::Standalone => log.log_start_offset(),
+                Role::Leader { replicas, .. } => replicas.high_watermark(),
+                Role::Follower { .. } => self.high_watermark(),
+            }
+            .clamp(log.log_start_offset(), log.log_end_offset());
+            if leads {
+                if let Role::Leader { replicas, min_insync_replicas: min } = &mut *role {
+                    if replicas.on_partition_state(state, now_ms) {
+                        *min = min_insync_replicas;
+                        self.advance_in_role(&mut role, policy, Self::leader_offsets(log));
+                        return Ok(());
+                    }
+                }
+                let replicas = LeaderReplicas::new(me, state, known, log.log_end_offset(), now_ms);
+                *role = Role::Leader { replicas, min_insync_replicas };
+                self.shared.leading_epoch.store(i64::from(state.leader_epoch), Ordering::Release);
+                tracing::info!(partition = %self.shared.name, leader_epoch = state.leader_epoch, isr = ?state.isr, "leading");
+            } else {
+                let leader_epoch = if state.leader < 0 { -1 } else { state.leader_epoch };
+                if matches!(&*role, Role::Follower { leader_epoch: following } if *following == leader_epoch) {
+                    return Ok(());
+                }
+                *role = Role::Follower { leader_epoch };
+                self.shared.leading_epoch.store(-1, Ordering::Release);
+            }
+            // Always sent: waiters on the old role wake and see it is gone.
+            self.shared.high_watermark.send_replace(known);
+            self.advance_in_role(&mut role, policy, Self::leader_offsets(log));
+            Ok(())
         });
+    }
+
+    /// Leads nothing any more (a stopping broker, or another process took
+    /// this broker id): follows no one until the metadata says otherwise.
+    pub fn stop_leading(&self) {
+        // The log lock first, as every role change: no append that checked
+        // the old role is still under way.
+        let _log = lock(&self.shared.log);
+        let mut role = lock(&self.shared.role);
+        if matches!(&*role, Role::Leader { .. } | Role::Standalone) {
+            let known = self.high_watermark();
+            *role = Role::Follower { leader_epoch: -1 };
+            self.shared.leading_epoch.store(-1, Ordering::Release);
+            self.shared.high_watermark.send_replace(known);
+        }
+    }
+
+    /// The leader epoch when this replica leads.
+    pub fn leader_epoch(&self) -> Option<i32> {
+        match &*lock(&self.shared.role) {
+            Role::Leader { replicas, .. } => Some(replicas.leader_epoch()),
+            Role::Standalone | Role::Follower { .. } => None,
+        }
+    }
+
+    /// The leader epoch of the leader this replica follows.
+    pub fn following_epoch(&self) -> Option<i32> {
+        match &*lock(&self.shared.role) {
+            Role::Follower { leader_epoch } if *leader_epoch >= 0 => Some(*leader_epoch),
+            _ => None,
+        }
+    }
+
+    /// A follower fetched from `fetch_offset` with everything below
+    /// `durable_offset` on its disk (the leader's side of a replica fetch, in
+    /// `leader_epoch`): its progress is noted and the high watermark moves.
+    pub fn on_follower_fetch(
+        &self,
+        follower: BrokerId,
+        leader_epoch: i32,
+        fetch_offset: u64,
+        durable_offset: u64,
+        now_ms: u64,
+    ) -> Result<(), ReplicaError> {
+        self.with_log_mut(|log| {
+            let mut role = lock(&self.shared.role);
+            let Role::Leader { replicas, .. } = &mut *role else {
+                return Err(self.not_in_role(&format!("does not lead in leader epoch {leader_epoch}")));
+            };
+            if replicas.leader_epoch() != leader_epoch {
+                return Err(self.not_in_role(&format!("does not lead in leader epoch {leader_epoch}")));
+            }
+            let leader = Self::leader_offsets(log);
+            replicas
+                .on_fetch(follower, fetch_offset, durable_offset, leader.log_end_offset, now_ms)
+                .map_err(|error| self.not_in_role(&error.to_string()))?;
+            let policy = self.config().flush_policy;
+            self.advance_in_role(&mut role, policy, leader);
+            Ok(())
+        })
+    }
+
+    /// A follower learns its leader's high watermark (from a fetch answer in
+    /// `leader_epoch`): its own is that, as far as its log reaches.
+    pub fn follow_high_watermark(&self, leader_epoch: i32, leader_high_watermark: u64) {
+        let _ = self.with_log_mut(|log| -> Result<(), ReplicaError> {
+            self.check_follows(leader_epoch)?;
+            let high_watermark = leader_high_watermark.min(log.log_end_offset());
+            self.shared.high_watermark.send_if_modified(|published| {
+                let raised = high_watermark > *published;
+                *published = (*published).max(high_watermark);
+                raised
+            });
+            Ok(())
+        });
+    }
+
+    /// The ISR change this leader should ask the controller for now, if any
+    /// (noted as asked: see [`LeaderReplicas::asked`]).
+    pub fn isr_request(&self, now_ms: u64, lag_max_ms: u64) -> Option<IsrRequest> {
+        let policy = self.config().flush_policy;
+        let mut role = lock(&self.shared.role);
+        let Role::Leader { replicas, .. } = &mut *role else { return None };
+        let isr = replicas.isr_change(policy, now_ms, lag_max_ms)?;
+        replicas.asked(isr.clone(), now_ms);
+        Some(IsrRequest { leader_epoch: replicas.leader_epoch(), partition_epoch: replicas.partition_epoch(), isr })
+    }
+
+    /// The ISR this leader knows and `min.insync.replicas`; `None` when not leading.
+    pub fn isr(&self) -> Option<(Vec<BrokerId>, usize)> {
+        match &*lock(&self.shared.role) {
+            Role::Leader { replicas, min_insync_replicas } => Some((replicas.isr().to_vec(), *min_insync_replicas)),
+            Role::Standalone | Role::Follower { .. } => None,
+        }
+    }
+
+    /// Fails with `NotEnoughReplicas` while the ISR this leader knows is
+    /// smaller than `min.insync.replicas` (an `acks=all` produce is refused
+    /// before anything is appended).
+    pub fn check_min_insync(&self) -> Result<(), ReplicaError> {
+        match self.isr() {
+            Some((isr, min)) if isr.len() < min => Err(ReplicaError::NotEnoughReplicas(format!(
+                "{} has {} in-sync replica(s) {isr:?}, fewer than min.insync.replicas={min}",
+                self.shared.name,
+                isr.len()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits until the high watermark reaches `offset_end` (everything below
+    /// it committed) while this replica leads in `leader_epoch`, or until
+    /// `deadline`. Ok(true): committed; Ok(false): the deadline came first;
+    /// an error: leadership moved (what was appended may be lost).
+    pub async fn wait_committed(
+        &self,
+        offset_end: u64,
+        leader_epoch: i32,
+        deadline: tokio::time::Instant,
+    ) -> Result<bool, ReplicaError> {
+        let mut receiver = self.shared.high_watermark.subscribe();
+        let shared = &self.shared;
+        let done = |high_watermark: &u64| {
+            *high_watermark >= offset_end
+                || shared.leading_epoch.load(Ordering::Acquire) != i64::from(leader_epoch)
+                || shared.closed.load(Ordering::Relaxed)
+        };
+        let _ = tokio::time::timeout_at(deadline, receiver.wait_for(done)).await;
+        // Read the epoch after the watermark: a watermark raised by another
+        // leader's answers is never taken for this one's.
+        let high_watermark = self.high_watermark();
+        if self.shared.leading_epoch.load(Ordering::Acquire) != i64::from(leader_epoch) {
+            return Err(self.not_in_role(&format!("no longer leads in leader epoch {leader_epoch}")));
+        }
+        if self.shared.closed.load(Ordering::Relaxed) {
+            return Err(self.closed().into());
+        }
+        Ok(high_watermark >= offset_end)
     }
 
     /// Waits until every offset below `offset` is durable.
@@ -496,8 +799,8 @@ impl Partition {
                 self.shared.expected_appends.store(waiters, Ordering::Relaxed);
                 // Visible before acknowledged: a consumer told about an offset by
                 // its producer must be able to read it.
-                // Durable offsets are a lower bound of the log end offset.
-                let leader = ReplicaOffsets { log_end_offset: durable, durable_offset: durable };
+                let log_end_offset = log.as_ref().map_or(durable, Log::log_end_offset);
+                let leader = ReplicaOffsets { log_end_offset, durable_offset: durable };
                 self.advance_high_watermark(FlushPolicy::Always, leader);
                 self.shared.durability.send_if_modified(|state| match state {
                     Durability::Durable(published) if *published < durable => {
@@ -529,6 +832,19 @@ impl Partition {
     /// Seals the active segment (see [`Log::roll`]).
     pub fn roll(&self) -> Result<(), LogError> {
         self.with_log_mut(Log::roll)
+    }
+
+    /// [`Partition::retire_segments_below`] on a follower of the leader of
+    /// `leader_epoch` (whole segments below the leader's log start).
+    pub fn retire_segments_as_follower(&self, offset: u64, leader_epoch: i32) -> Result<usize, ReplicaError> {
+        let retired = self.with_log_mut(|log| -> Result<_, ReplicaError> {
+            self.check_follows(leader_epoch)?;
+            Ok(log.retire_segments_below(offset)?)
+        })?;
+        let Some(retired) = retired else { return Ok(0) };
+        let segment_count = retired.segment_count;
+        retired.delete()?;
+        Ok(segment_count)
     }
 
     /// Drops the closed segments entirely below `offset` (see

@@ -1005,6 +1005,19 @@ impl admin::Server for AdminService {
         cluster.set_active_controller(status.active_controller);
         cluster.set_answered_by(status.answered_by);
         cluster.set_metadata_offset(status.metadata_offset);
+        cluster.set_partition_count(status.health.partition_count);
+        let lists =
+            [(&status.health.under_replicated, 0), (&status.health.under_min_isr, 1), (&status.health.offline, 2)];
+        for (names, which) in lists {
+            let mut list = match which {
+                0 => cluster.reborrow().init_under_replicated(names.len() as u32),
+                1 => cluster.reborrow().init_under_min_isr(names.len() as u32),
+                _ => cluster.reborrow().init_offline(names.len() as u32),
+            };
+            for (index, name) in names.iter().enumerate() {
+                list.set(index as u32, &name[..]);
+            }
+        }
         let mut voters = cluster.reborrow().init_voters(status.voters.len() as u32);
         for (index, voter) in status.voters.iter().enumerate() {
             voters.set(index as u32, *voter);

@@ -191,6 +191,7 @@ impl Server {
         let metadata_watch = tokio::spawn(self.node.clone().follow_metadata());
         let plugin_fetches = tokio::spawn(self.node.clone().fetch_plugins());
         let replica_fetches = tokio::spawn(self.node.clone().follow_leaders());
+        let isr_changes = tokio::spawn(self.node.clone().maintain_isrs());
         let heartbeat = std::time::Duration::from_millis(self.membership.broker_heartbeat_ms);
         let heartbeats = tokio::spawn(self.node.clone().send_heartbeats(heartbeat));
         let session_timeout = std::time::Duration::from_millis(self.membership.broker_session_timeout_ms);
@@ -264,6 +265,7 @@ impl Server {
         memory_trim.abort();
         metadata_watch.abort();
         replica_fetches.abort();
+        isr_changes.abort();
         plugin_fetches.abort();
         let _ = stop.send(true);
         drop(senders);

@@ -356,7 +356,10 @@ impl ClusterImage {
     /// An ISR change asked by the leader of `topic-partition` (AlterPartition):
     /// only the current leader in the current leader and partition epochs may
     /// change it; the ISR holds the leader, only replicas, each once, and the
-    /// members it adds are active brokers. The same ISR again changes nothing.
+    /// members it adds are active brokers. The same ISR again still bumps the
+    /// partition epoch: that is how a leader settles an earlier request it never
+    /// heard back from (once the epoch moved, no request at the old one can
+    /// apply, however late it arrives).
     pub fn alter_partition(
         &self,
         topic: &str,
@@ -392,10 +395,9 @@ impl ClusterImage {
         if let Some(fenced) = isr.iter().find(|member| !state.isr.contains(member) && !self.is_active(**member)) {
             return Err(ControllerError::InvalidIsr(format!("broker {fenced} is fenced: it cannot join the ISR")));
         }
-        Ok(changed(state, leader, isr.to_vec())
-            .map(|next| partition_change(topic, partition, next))
-            .into_iter()
-            .collect())
+        let next = changed(state, leader, isr.to_vec())
+            .unwrap_or_else(|| PartitionState { partition_epoch: state.partition_epoch + 1, ..state.clone() });
+        Ok(vec![partition_change(topic, partition, next)])
     }
 
     /// Deploys transform `entry`: its topics exist, its plugin is a transform,

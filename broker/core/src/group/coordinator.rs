@@ -419,9 +419,11 @@ impl Coordinator {
     }
 
     /// Ends a replay: a snapshot without its end marker (torn by a crash) is
-    /// dropped, and the state before it stands.
-    pub fn finish_replay(&mut self) {
-        self.snapshot = None;
+    /// dropped, and the state before it stands. Returns whether one was: the
+    /// new owner must then write a whole snapshot before anything else, or a
+    /// later replay would take every record after the torn start as part of it.
+    pub fn finish_replay(&mut self) -> bool {
+        self.snapshot.take().is_some()
     }
 
     /// The whole state as records, between snapshot markers: appended, they let

@@ -61,6 +61,10 @@ pub struct LogConfig {
     pub flush_interval_ms: u64,
     /// Largest batch accepted (`max.message.bytes`).
     pub batch_bytes_max: u32,
+    /// The fewest in-sync replicas (the leader counted) with which the high
+    /// watermark advances and `acks=all` produces are taken
+    /// (`min.insync.replicas`). Not a log setting: the partition's leader reads it.
+    pub min_insync_replicas: u16,
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -78,6 +82,7 @@ impl Default for LogConfig {
             flush_policy: FlushPolicy::Always,
             flush_interval_ms: 1000,
             batch_bytes_max: MIB as u32 + 12,
+            min_insync_replicas: 1,
         }
     }
 }
@@ -118,6 +123,9 @@ impl LogConfig {
         }
         if (self.batch_bytes_max as usize) < abi::batch::BATCH_HEADER_BYTES {
             problems.push(format!("max.message.bytes must fit a batch header, got {}", self.batch_bytes_max));
+        }
+        if self.min_insync_replicas == 0 {
+            problems.push("min.insync.replicas must be at least 1".to_owned());
         }
         if self.batch_bytes_max as u64 > self.segment_bytes_max {
             problems.push(format!(

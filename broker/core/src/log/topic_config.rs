@@ -41,7 +41,7 @@ const INTEGER: &str = "a non-negative integer";
 const UNLIMITED: &str = "a non-negative integer, or -1 for unlimited";
 
 /// Every supported key, sorted by key.
-const SETTINGS: [Setting; 11] = [
+const SETTINGS: [Setting; 12] = [
     Setting {
         key: "cleanup.policy",
         apply: |_, value| match value {
@@ -95,6 +95,14 @@ const SETTINGS: [Setting; 11] = [
             _ => Err(Rejection::Unparsable("CreateTime")),
         },
         effective: |_| "CreateTime".to_owned(),
+    },
+    Setting {
+        key: "min.insync.replicas",
+        apply: |config, value| {
+            config.min_insync_replicas = parse(value, "a positive integer")?;
+            Ok(())
+        },
+        effective: |config| config.min_insync_replicas.to_string(),
     },
     Setting {
         key: "retention.bytes",
@@ -224,7 +232,7 @@ mod tests {
     #[test]
     fn keys_are_sorted_and_unique() {
         assert!(TOPIC_CONFIG_KEYS.windows(2).all(|pair| pair[0] < pair[1]), "{TOPIC_CONFIG_KEYS:?}");
-        assert_eq!(TOPIC_CONFIG_KEYS.len(), 11);
+        assert_eq!(TOPIC_CONFIG_KEYS.len(), 12);
     }
 
     #[test]
@@ -241,6 +249,7 @@ mod tests {
                 flush_policy: FlushPolicy::Interval,
                 flush_interval_ms: 250,
                 batch_bytes_max: 1024,
+                min_insync_replicas: 2,
             },
             LogConfig { retention_ms: Some(1), retention_bytes: Some(0), ..LogConfig::default() },
         ];

@@ -19,11 +19,16 @@
 //!    state, the high watermark counts the *maximal* ISR — the one it knows
 //!    plus every member any change asked since then adds — because the
 //!    controller may have applied any of them without this leader hearing of
-//!    it (a lost answer). Counting only the latest request's members lost
-//!    acknowledged records in the simulation: an expansion applied unheard,
-//!    then a retry without that member, then a failover to it. A definite
-//!    answer that nothing was applied at the known epoch settles them, so a
-//!    member that never joins does not hold the high watermark forever;
+//!    it (a lost answer), or may still apply one that arrives late. Counting
+//!    only the latest request's members lost acknowledged records in the
+//!    simulation: an expansion applied unheard, then a retry without that
+//!    member, then a failover to it. Only a new partition state settles them:
+//!    while members are unsettled the leader keeps asking (the known ISR, if
+//!    nothing else), and the controller bumps the partition epoch even for an
+//!    unchanged ISR, which fences every older request. Answers are not trusted
+//!    to settle anything (a refusal of one request says nothing of an older
+//!    one still in flight), so a member that never joins holds the high
+//!    watermark only until that bump is learned;
 //! 4. the high watermark is [`HighWatermark::advance`] over that ISR.
 //!
 //! IO-free: the server feeds fetches, the clock and the controller's partition
@@ -49,17 +54,6 @@ pub struct FollowerProgress {
     pub last_caught_up_ms: u64,
     /// The leader's log end at its last fetch.
     leader_end_at_last_fetch: u64,
-}
-
-/// What the controller answered an ISR change (see [`LeaderReplicas::on_isr_answer`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IsrAnswer {
-    /// Applied: the new state follows in the metadata.
-    Applied,
-    /// Nothing applied at the partition epoch it was asked at.
-    Settled,
-    /// Asked at an older partition epoch or by a deposed leader: learn the state.
-    Stale,
 }
 
 /// A fetch from a broker that is not a follower of this partition.
@@ -221,7 +215,10 @@ impl LeaderReplicas {
         };
         let mut next: Vec<BrokerId> = self.isr.iter().copied().filter(|member| !lagging(member)).collect();
         next.extend(self.replicas.iter().filter(|replica| !self.isr.contains(replica) && joining(replica)));
-        (next != self.isr).then_some(next)
+        // Members asked for and never settled hold the high watermark: asking
+        // for the known ISR again gets the definite answer that frees them
+        // (nothing applied at this epoch, or a newer state to learn).
+        (next != self.isr || !self.maybe_added.is_empty()).then_some(next)
     }
 
     /// An ISR change was sent to the controller.
@@ -233,18 +230,6 @@ impl LeaderReplicas {
             }
         }
         self.pending = Some((isr, now_ms));
-    }
-
-    /// The controller's answer to an ISR change this leader asked at its known
-    /// partition epoch. `Settled` means nothing was applied at that epoch (the
-    /// same ISR again, or an ISR the controller refuses as invalid — a fenced
-    /// member, say): the members asked for do not count any more. An applied
-    /// change (or a stale epoch) settles when the new state is learned.
-    pub fn on_isr_answer(&mut self, partition_epoch: i32, answer: IsrAnswer) {
-        if answer == IsrAnswer::Settled && partition_epoch == self.partition_epoch {
-            self.pending = None;
-            self.maybe_added.clear();
-        }
     }
 
     /// The controller's current state of the partition: whether this broker
@@ -345,17 +330,42 @@ mod tests {
         // have been applied unheard, so 3 still counts.
         replicas.asked(vec![1, 2], 38_000);
         assert_eq!(replicas.maximal_isr(), [1, 2, 3]);
-        // The controller says nothing was applied at this partition epoch: 3
+        // The second request applied (the first, however late, never can): 3
         // no longer counts.
-        replicas.on_isr_answer(7, IsrAnswer::Settled);
-        assert_eq!(replicas.maximal_isr(), [1, 2, 3], "an answer for another epoch settles nothing");
-        replicas.on_isr_answer(8, IsrAnswer::Settled);
+        let mut settled = state(&[1, 2]);
+        settled.partition_epoch = 9;
+        assert!(replicas.on_partition_state(&settled, 38_100));
         assert_eq!(replicas.maximal_isr(), [1, 2]);
         replicas.asked(vec![1, 2, 3], 38_500);
         // Another leader took over: this state is done.
         let mut moved = state(&[2, 3]);
         (moved.leader, moved.leader_epoch, moved.partition_epoch) = (2, 5, 9);
         assert!(!replicas.on_partition_state(&moved, 36_000));
+    }
+
+    #[test]
+    fn an_expansion_never_answered_is_settled_by_asking_for_the_known_isr_again() {
+        let mut alone = state(&[1]);
+        alone.replicas = vec![1, 2];
+        let mut replicas = LeaderReplicas::new(1, &alone, 0, 10, 1_000);
+        replicas.on_fetch(2, 10, 10, 10, 1_100).unwrap();
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 1_100, 30_000), Some(vec![1, 2]));
+        replicas.asked(vec![1, 2], 1_100);
+        // No answer comes, and 2 dies: the maximal ISR holds the high watermark
+        // at what 2 last reported.
+        assert_eq!(replicas.advance_high_watermark(FlushPolicy::Always, leader_at(20), 1), Some(10));
+        assert_eq!(replicas.advance_high_watermark(FlushPolicy::Always, leader_at(30), 1), None);
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 2_000, 30_000), None, "within the retry pause");
+        // After the pause the known ISR is asked for again...
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 3_200, 1_000), Some(vec![1]));
+        replicas.asked(vec![1], 3_200);
+        assert_eq!(replicas.maximal_isr(), [1, 2], "an answer alone settles nothing");
+        // ...and the epoch the controller bumped for it frees the high watermark.
+        alone.partition_epoch += 1;
+        assert!(replicas.on_partition_state(&alone, 3_300));
+        assert_eq!(replicas.maximal_isr(), [1]);
+        assert_eq!(replicas.advance_high_watermark(FlushPolicy::Always, leader_at(30), 1), Some(30));
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 3_300, 1_000), None, "nothing left to ask");
     }
 
     #[test]

@@ -14,5 +14,5 @@ pub mod isr;
 pub mod leader_epochs;
 
 pub use high_watermark::{HighWatermark, ReplicaOffsets};
-pub use isr::{FollowerProgress, IsrAnswer, LeaderReplicas};
+pub use isr::{FollowerProgress, LeaderReplicas};
 pub use leader_epochs::{Divergence, EpochEntry, EpochOrderError, LeaderEpochCache, UNDEFINED_EPOCH};

@@ -91,6 +91,10 @@ impl Node {
         let (topic, index) = self.slot(&request.topic, request.partition)?;
         let (partition, producers, leader_epoch) = topic.slots[index].led()?;
         let producer = check_batches(&request.batches)?;
+        if request.acks == Acks::All {
+            // Refused before anything is appended (Kafka's NOT_ENOUGH_REPLICAS).
+            partition.check_min_insync()?;
+        }
         self.plugins.intercept_produce(&request.topic, request.partition, &mut request.batches)?;
         let (base_offset, last_offset) = match producer {
             None => {
@@ -109,25 +113,46 @@ impl Node {
                 }
             }
         };
-        if request.acks == Acks::None {
-            return Ok(Produced { base_offset: -1, log_start_offset: -1 });
+        let timeout_ms = match request.timeout_ms {
+            0 => PRODUCE_TIMEOUT_MS_DEFAULT,
+            timeout_ms => timeout_ms,
         }
-        if partition.config().flush_policy == FlushPolicy::Always {
-            let timeout_ms = match request.timeout_ms {
-                0 => PRODUCE_TIMEOUT_MS_DEFAULT,
-                timeout_ms => timeout_ms,
+        .min(self.limits.produce_timeout_ms_max);
+        let timeout = Duration::from_millis(timeout_ms as u64);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let always = partition.config().flush_policy == FlushPolicy::Always;
+        match request.acks {
+            Acks::None => return Ok(Produced { base_offset: -1, log_start_offset: -1 }),
+            // `acks=all` waits for the leader's own sync first: a failed sync
+            // (the log fenced) answers at once instead of at the deadline.
+            Acks::Leader | Acks::All if always => {
+                match tokio::time::timeout_at(deadline, partition.wait_durable(last_offset + 1)).await {
+                    Ok(durable) => {
+                        durable?;
+                    }
+                    Err(_) => {
+                        let message =
+                            format!("offsets {base_offset}..={last_offset} not durable within {timeout_ms} ms");
+                        return Err(ApiError::new(ErrorCode::RequestTimedOut, message));
+                    }
+                }
             }
-            .min(self.limits.produce_timeout_ms_max);
-            let waited =
-                tokio::time::timeout(Duration::from_millis(timeout_ms as u64), partition.wait_durable(last_offset + 1));
-            match waited.await {
-                Ok(durable) => {
-                    durable?;
-                }
-                Err(_) => {
-                    let message = format!("offsets {base_offset}..={last_offset} not durable within {timeout_ms} ms");
-                    return Err(ApiError::new(ErrorCode::RequestTimedOut, message));
-                }
+            Acks::Leader | Acks::All => {}
+        }
+        if request.acks == Acks::All {
+            // Committed: on every ISR member as the flush policy counts (on
+            // disk under `always`), and still led in the epoch of the append.
+            if !partition.wait_committed(last_offset + 1, leader_epoch, deadline).await? {
+                // Appended, so never NotEnoughReplicas (which says nothing was).
+                let isr = match partition.check_min_insync() {
+                    Ok(()) => String::new(),
+                    Err(error) => format!(" ({error})"),
+                };
+                let message = format!(
+                    "offsets {base_offset}..={last_offset} were appended but not on every in-sync replica within \
+                     {timeout_ms} ms{isr}"
+                );
+                return Err(ApiError::new(ErrorCode::RequestTimedOut, message));
             }
         }
         let (log_start_offset, _) = partition.offsets()?;

@@ -14,7 +14,7 @@ impl Node {
             .flat_map(|topic| topic.slots.iter().enumerate())
             .filter_map(|(index, slot)| slot.led().ok().map(|(partition, _, _)| (index as u32, partition.clone())))
             .collect();
-        Ok(self.groups.lead(led)?)
+        self.groups.lead(led)
     }
 
     /// The broker that coordinates `group_id`: the leader of its partition of

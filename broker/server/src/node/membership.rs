@@ -57,7 +57,9 @@ impl Node {
 
     /// Creates `__consumer_offsets` when the cluster has none yet — once every
     /// voter is registered and active (or after a while), so its partitions spread
-    /// over the whole cluster rather than the first broker up.
+    /// over the whole cluster rather than the first broker up — with a replica on
+    /// up to three brokers (Kafka's `offsets.topic.replication.factor`), so
+    /// groups fail over with their partition.
     pub(super) async fn ensure_internal_topics(&self) -> Result<(), NodeError> {
         let voters = self.controller.voters().len();
         let started = tokio::time::Instant::now();
@@ -75,14 +77,23 @@ impl Node {
             let mut applied = self.controller.applied().applied_index.clone();
             let _ = tokio::time::timeout(Duration::from_millis(200), applied.changed()).await;
         }
-        let configs = [("flush.policy", "always"), ("retention.ms", "-1"), ("segment.bytes", "67108864")]
-            .map(|(key, value)| (key.to_owned(), value.to_owned()));
+        let active = self.controller.read(|image| image.brokers.values().filter(|broker| !broker.fenced).count());
+        let replication_factor = active.clamp(1, CONSUMER_OFFSETS_REPLICATION_FACTOR) as u16;
+        // Its own min.insync.replicas (1, Kafka's default), whatever the broker's
+        // topic default says: groups must keep working on the brokers left.
+        let configs = [
+            ("flush.policy", "always"),
+            ("retention.ms", "-1"),
+            ("segment.bytes", "67108864"),
+            ("min.insync.replicas", "1"),
+        ]
+        .map(|(key, value)| (key.to_owned(), value.to_owned()));
         let request = ControllerRequest::CreateTopic {
             name: CONSUMER_OFFSETS_TOPIC.to_owned(),
             partition_count: CONSUMER_OFFSETS_PARTITIONS,
-            replication_factor: 1,
+            replication_factor,
             configs: configs.into_iter().collect(),
-            initial_isr: IsrChoice::LeaderOnly,
+            initial_isr: IsrChoice::AllReplicas,
         };
         match self.request(&request).await {
             // Another broker created it meanwhile.
@@ -140,6 +151,21 @@ pub struct ClusterStatus {
     pub answered_by: i32,
     /// The last metadata offset the answering broker applied (-1: none).
     pub metadata_offset: i64,
+    pub health: PartitionHealth,
+}
+
+/// Partitions that are not fully served, as `topic-partition` names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartitionHealth {
+    /// Every partition, internal topics included.
+    pub partition_count: u32,
+    /// Fewer in-sync replicas than replicas.
+    pub under_replicated: Vec<String>,
+    /// Fewer in-sync replicas than the topic's `min.insync.replicas`
+    /// (`acks=all` produces are refused).
+    pub under_min_isr: Vec<String>,
+    /// No leader: nothing can be read or written.
+    pub offline: Vec<String>,
 }
 
 /// One registered broker.
@@ -195,8 +221,8 @@ impl Node {
     pub(super) fn stop_leading(&self) {
         for topic in self.topics().values() {
             for slot in &topic.slots {
-                if let Slot::Online { leadership, .. } = slot {
-                    leadership.set(false, 0);
+                if let Some(partition) = slot.partition() {
+                    partition.stop_leading();
                 }
             }
         }
@@ -225,7 +251,29 @@ impl Node {
     /// The cluster as this broker sees it.
     pub fn cluster_status(&self) -> ClusterStatus {
         let reported = self.controller.reported_offsets();
-        let (cluster_id, brokers, metadata_offset) = self.controller.read(|image| {
+        let default_min_isr = self.log_defaults.min_insync_replicas;
+        let (cluster_id, brokers, metadata_offset, health) = self.controller.read(|image| {
+            let mut health = PartitionHealth::default();
+            for (name, topic) in &image.topics {
+                let min_isr = topic
+                    .configs
+                    .get("min.insync.replicas")
+                    .and_then(|value| value.trim().parse::<u16>().ok())
+                    .unwrap_or(default_min_isr);
+                for (index, state) in topic.partitions.iter().enumerate() {
+                    health.partition_count += 1;
+                    let partition = format!("{name}-{index}");
+                    if state.isr.len() < state.replicas.len() {
+                        health.under_replicated.push(partition.clone());
+                    }
+                    if state.isr.len() < usize::from(min_isr) {
+                        health.under_min_isr.push(partition.clone());
+                    }
+                    if state.leader < 0 {
+                        health.offline.push(partition);
+                    }
+                }
+            }
             let brokers = image
                 .brokers
                 .values()
@@ -243,6 +291,7 @@ impl Node {
                 image.cluster_id.clone().unwrap_or_default(),
                 brokers,
                 image.applied_offset.map_or(-1, |offset| offset as i64),
+                health,
             )
         });
         ClusterStatus {
@@ -252,6 +301,7 @@ impl Node {
             brokers,
             answered_by: self.broker.id,
             metadata_offset,
+            health,
         }
     }
 }

@@ -44,7 +44,9 @@ use crate::controller::{Controller, ControllerStartError, NodeId, RaftTiming, Su
 use crate::data_dir_lock::{DataDirLock, DataDirLockError};
 use crate::environment::Environment;
 use crate::error::ApiError;
-use crate::groups::{GroupCoordinators, CONSUMER_OFFSETS_PARTITIONS, CONSUMER_OFFSETS_TOPIC};
+use crate::groups::{
+    GroupCoordinators, CONSUMER_OFFSETS_PARTITIONS, CONSUMER_OFFSETS_REPLICATION_FACTOR, CONSUMER_OFFSETS_TOPIC,
+};
 use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, LogDirConfig, PartitionDirFate};
 use crate::metadata_store::MetadataError;
 use crate::partition::{lock, Partition};
@@ -113,39 +115,14 @@ pub enum NodeError {
 #[derive(Debug)]
 enum Slot {
     /// A replica here, with its log.
-    Online {
-        partition: Partition,
-        producers: Mutex<ProducerStates>,
-        /// Whether this broker leads it, and under which leader epoch (from the
-        /// cluster metadata; updated when leadership moves).
-        leadership: Leadership,
-    },
+    /// Whether this broker leads it, and in which leader epoch, is the
+    /// partition's role (`Partition::take_role`, from the cluster metadata).
+    Online { partition: Partition, producers: Mutex<ProducerStates> },
     /// A replica here whose log could not be opened (recovery found corruption,
     /// or its directory belongs to no topic).
     Offline { reason: String },
     /// Not a replica here.
     Remote,
-}
-
-/// Whether this broker leads a partition, and the leader epoch to stamp.
-#[derive(Debug, Default)]
-struct Leadership {
-    leading: std::sync::atomic::AtomicBool,
-    leader_epoch: std::sync::atomic::AtomicI32,
-}
-
-impl Leadership {
-    fn set(&self, leading: bool, leader_epoch: i32) {
-        self.leader_epoch.store(leader_epoch, std::sync::atomic::Ordering::Release);
-        self.leading.store(leading, std::sync::atomic::Ordering::Release);
-    }
-
-    /// The leader epoch, when this broker leads.
-    fn epoch(&self) -> Option<i32> {
-        self.leading
-            .load(std::sync::atomic::Ordering::Acquire)
-            .then(|| self.leader_epoch.load(std::sync::atomic::Ordering::Acquire))
-    }
 }
 
 /// A topic as this broker holds it: the cluster's topic id and configs, and a
@@ -197,6 +174,11 @@ pub struct Node {
     /// Calls to other brokers on the data path (see [`Node::call_peer`]),
     /// started at the first one.
     data_links: std::sync::OnceLock<Option<crate::controller::broker_link::BrokerLinks>>,
+    /// Replication's time base (monotonic: a wall-clock step must not push
+    /// followers out of ISRs); see [`Node::replication_now_ms`].
+    started: std::time::Instant,
+    /// `replication.replica_lag_time_max_ms`.
+    replica_lag_time_max_ms: u64,
 }
 
 /// How long start-up waits for the controller quorum (an election among voters
@@ -309,6 +291,8 @@ impl Node {
             data_dir_lock: Mutex::new(data_dir_lock),
             clock: environment.clock.clone(),
             data_links: std::sync::OnceLock::new(),
+            started: std::time::Instant::now(),
+            replica_lag_time_max_ms: config.replication.replica_lag_time_max_ms,
             environment,
         };
         node.join_cluster().await?;
@@ -552,6 +536,13 @@ fn controller_error(error: SubmitError<ControllerError>) -> ApiError {
     }
 }
 
+impl Node {
+    /// Milliseconds since this node started, from 1 (replication's clock).
+    fn replication_now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64 + 1
+    }
+}
+
 impl Slot {
     fn partition(&self) -> Option<&Partition> {
         match self {
@@ -564,7 +555,7 @@ impl Slot {
     /// leader epoch to stamp; else why not.
     fn led(&self) -> Result<(&Partition, &Mutex<ProducerStates>, i32), ApiError> {
         match self {
-            Slot::Online { partition, producers, leadership } => match leadership.epoch() {
+            Slot::Online { partition, producers } => match partition.leader_epoch() {
                 Some(leader_epoch) => Ok((partition, producers, leader_epoch)),
                 None => Err(not_leader(partition.name())),
             },

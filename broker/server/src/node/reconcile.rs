@@ -222,9 +222,10 @@ impl Node {
             *configs = image.configs.clone();
             tracing::info!(topic = %name, "topic configs applied");
         }
+        let now_ms = self.replication_now_ms();
         for (slot, state) in topic.slots.iter().zip(&image.partitions) {
-            if let Slot::Online { leadership, .. } = slot {
-                leadership.set(self.leads(state), state.leader_epoch);
+            if let Some(partition) = slot.partition() {
+                partition.take_role(self.broker.id, state, self.leads(state), now_ms);
             }
         }
         Ok(())
@@ -254,8 +255,8 @@ impl Node {
                 partition: index as u32,
             };
             let slot = self.open_slot(log_dir, offline, &metadata, &log_config);
-            if let Slot::Online { leadership, .. } = &slot {
-                leadership.set(self.leads(state), state.leader_epoch);
+            if let Some(partition) = slot.partition() {
+                partition.take_role(self.broker.id, state, self.leads(state), self.replication_now_ms());
             }
             slots.push(slot);
         }
@@ -298,9 +299,7 @@ impl Node {
             }),
         };
         match opened.and_then(|partition| Ok((rebuild_producer_states(&partition)?, partition))) {
-            Ok((producers, partition)) => {
-                Slot::Online { partition, producers: Mutex::new(producers), leadership: Leadership::default() }
-            }
+            Ok((producers, partition)) => Slot::Online { partition, producers: Mutex::new(producers) },
             Err(error) => {
                 tracing::error!(partition = %name, %error, "partition offline");
                 Slot::Offline { reason: format!("partition {name} is offline: {error}") }

@@ -25,6 +25,13 @@ const REPLICA_FETCH_WAIT_MS: u32 = 500;
 const REPLICA_FETCH_PARTITION_BYTES: u32 = 1 << 20;
 /// Most bytes of one fetch answer.
 const REPLICA_FETCH_BYTES: usize = 8 << 20;
+/// The longest a follower waits for its copies to be synced before fetching
+/// again (the next fetch reports whatever is durable by then).
+const REPLICA_SYNC_WAIT: Duration = Duration::from_secs(1);
+/// How often leaders look for ISR changes to ask for.
+const ISR_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+/// The longest an ISR change waits for the controller's answer.
+const ISR_CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause after a failed fetch round (the leader unreachable, say).
 const REPLICA_FETCH_BACKOFF: Duration = Duration::from_millis(200);
 
@@ -115,7 +122,37 @@ impl Node {
                 .map(|p| self.replica_for_follower(&p.topic, p.partition, p.leader_epoch, request.broker_id))
                 .collect()
         };
-        let replicas = replicas_now();
+        // Each follower's progress is noted first: it may commit records (and
+        // release `acks=all` producers) even when nothing new is there to send.
+        let now_ms = self.replication_now_ms();
+        let first: Vec<Result<Partition, ApiError>> = request
+            .partitions
+            .iter()
+            .zip(replicas_now())
+            .map(|(fetch, replica)| {
+                let replica = replica?;
+                let (log_start, log_end) =
+                    replica.with_log(|log| Ok((log.log_start_offset(), log.log_end_offset())))?;
+                if fetch.fetch_offset < log_start || fetch.fetch_offset > log_end {
+                    let message = format!(
+                        "fetch offset {} is outside [{log_start}, {log_end}] of {}",
+                        fetch.fetch_offset,
+                        replica.name()
+                    );
+                    return Err(ApiError::new(ErrorCode::OffsetOutOfRange, message));
+                }
+                let durable = fetch.durable_offset.min(fetch.fetch_offset);
+                replica.on_follower_fetch(
+                    request.broker_id,
+                    fetch.leader_epoch,
+                    fetch.fetch_offset,
+                    durable,
+                    now_ms,
+                )?;
+                Ok(replica)
+            })
+            .collect();
+        let replicas = first;
         // Long poll: wait until one of them has something past its fetch offset.
         let waiting = request.partitions.iter().zip(&replicas).all(|(fetch, replica)| {
             replica.as_ref().is_ok_and(|replica| replica.log_end_offset() == fetch.fetch_offset)
@@ -134,7 +171,8 @@ impl Node {
             }
         }
         // Leadership may have moved during the wait: check again.
-        let replicas = replicas_now();
+        let replicas: Vec<Result<Partition, ApiError>> =
+            replicas.into_iter().zip(replicas_now()).map(|(first, now)| first.and(now)).collect();
         let mut answers = Vec::with_capacity(replicas.len());
         let mut records = Vec::new();
         for (fetch, replica) in request.partitions.iter().zip(replicas) {
@@ -234,11 +272,9 @@ impl Node {
         }
     }
 
-    /// The local replica of a partition this broker follows: never one it
-    /// leads, so a follower's truncation or append never touches a leader's
-    /// log. (A check, not a lock: while ISRs stay the leader alone, leadership
-    /// never moves to a follower. Before it can, this check must move under
-    /// the log lock with the leadership change.)
+    /// The local replica of a partition this broker follows (its appends and
+    /// truncations check again, under the log lock, that it still follows the
+    /// leader epoch they were fetched in).
     fn followed_replica(&self, topic: &str, partition: u32) -> Option<Partition> {
         self.with_followed(topic, partition, |replica, _| replica.clone())
     }
@@ -253,7 +289,7 @@ impl Node {
     ) -> Option<T> {
         let (local, index) = self.slot(topic, partition as i32).ok()?;
         match &local.slots[index] {
-            Slot::Online { partition, leadership, producers } if leadership.epoch().is_none() => {
+            Slot::Online { partition, producers } if partition.following_epoch().is_some() => {
                 Some(f(partition, producers))
             }
             _ => None,
@@ -339,6 +375,7 @@ impl Node {
             };
             let mut position = 0usize;
             let mut refused = false;
+            let mut appended_here = Vec::new();
             for (fetch, answer) in fetches.iter().zip(answers) {
                 let bytes = records.get(position..position + answer.records_bytes as usize).unwrap_or_default();
                 position += answer.records_bytes as usize;
@@ -350,7 +387,7 @@ impl Node {
                         // Behind the leader's retention: start again at its log start.
                         if let Some(replica) = self.followed_replica(&fetch.topic, fetch.partition) {
                             tracing::info!(partition = %replica.name(), at = answer.log_start_offset, "restarting the log at the leader's log start");
-                            let _ = replica.restart_at(answer.log_start_offset);
+                            let _ = replica.restart_at(answer.log_start_offset, fetch.leader_epoch);
                             self.rebuild_followed_producers(&fetch.topic, fetch.partition);
                         }
                     }
@@ -358,14 +395,24 @@ impl Node {
                     refused = true;
                     continue;
                 }
-                if bytes.is_empty() {
-                    continue;
+                if let Some(replica) = self.followed_replica(&fetch.topic, fetch.partition) {
+                    // Whole segments the leader dropped (retention, a group
+                    // snapshot) go here too.
+                    if replica.offsets().is_ok_and(|(log_start, _)| log_start < answer.log_start_offset) {
+                        let _ = replica.retire_segments_as_follower(answer.log_start_offset, fetch.leader_epoch);
+                    }
+                    if bytes.is_empty() {
+                        replica.follow_high_watermark(fetch.leader_epoch, answer.high_watermark);
+                        continue;
+                    }
                 }
                 let mut bytes = bytes.to_vec();
                 // The producer table follows the log, so a retry after a
                 // failover onto this replica is still recognised.
                 let appended = self.with_followed(&fetch.topic, fetch.partition, |replica, producers| {
-                    replica.append_replicated(&mut bytes).map(|_| {
+                    replica.append_replicated(&mut bytes, fetch.leader_epoch).map(|info| {
+                        replica.follow_high_watermark(fetch.leader_epoch, answer.high_watermark);
+                        appended_here.push((replica.clone(), info.last_offset + 1));
                         let mut producers = lock(producers);
                         let mut rest = &bytes[..];
                         while let Ok((batch, after)) = BatchView::split_first(rest) {
@@ -386,6 +433,16 @@ impl Node {
                 // Never a hot loop on a partition the leader keeps refusing.
                 tokio::time::sleep(REPLICA_FETCH_BACKOFF).await;
             }
+            // Under `flush.policy=always` the leader counts what followers hold
+            // on disk: the next fetch reports the copies once they are synced
+            // (one group-commit round per partition, all in parallel).
+            let syncs = appended_here.into_iter().filter_map(|(replica, end): (Partition, u64)| {
+                let always = replica.config().flush_policy == FlushPolicy::Always;
+                always.then_some(async move {
+                    let _ = tokio::time::timeout(REPLICA_SYNC_WAIT, replica.wait_durable(end)).await;
+                })
+            });
+            futures::future::join_all(syncs).await;
         }
     }
 
@@ -425,13 +482,61 @@ impl Node {
         };
         if truncate_to < log_end {
             tracing::info!(partition = %replica.name(), from = log_end, to = truncate_to, leader, leader_epoch, "truncating to where the leader's log agrees");
-            if let Err(error) = replica.truncate_to(truncate_to) {
+            if let Err(error) = replica.truncate_to(truncate_to, leader_epoch) {
                 tracing::error!(partition = %replica.name(), %error, "truncation failed");
                 return false;
             }
             self.rebuild_followed_producers(topic, partition);
         }
         true
+    }
+}
+
+impl Node {
+    /// Leaders ask the controller for the ISR changes their followers' progress
+    /// calls for (AlterPartition, checked against the leader and partition
+    /// epochs): a follower lagging `replica_lag_time_max_ms` leaves, a caught-up
+    /// replica joins. Runs until aborted.
+    pub async fn maintain_isrs(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(ISR_CHECK_INTERVAL).await;
+            let now_ms = self.replication_now_ms();
+            let mut asks = Vec::new();
+            for (topic, local) in self.topics().iter() {
+                for (index, replica) in local.slots.iter().enumerate() {
+                    let Some(replica) = replica.partition() else { continue };
+                    if let Some(request) = replica.isr_request(now_ms, self.replica_lag_time_max_ms) {
+                        asks.push((topic.clone(), index as u32, replica.clone(), request));
+                    }
+                }
+            }
+            // Each on its own task: one slow answer holds up no other partition.
+            for (topic, partition, replica, request) in asks {
+                let node = self.clone();
+                tokio::spawn(async move {
+                    tracing::info!(partition = %replica.name(), isr = ?request.isr, "asking for an ISR change");
+                    let change = ControllerRequest::AlterPartition {
+                        topic,
+                        partition,
+                        leader: node.broker.id,
+                        leader_epoch: request.leader_epoch,
+                        partition_epoch: request.partition_epoch,
+                        isr: request.isr.clone(),
+                    };
+                    // The outcome is learned from the metadata (a new partition
+                    // state settles the leader's maximal ISR): an answer, even a
+                    // refusal, says nothing of an older request still in flight.
+                    match tokio::time::timeout(ISR_CHANGE_TIMEOUT, node.controller.request(&change)).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(SubmitError::Refused(ControllerError::InvalidIsr(reason)))) => {
+                            tracing::info!(partition = %replica.name(), %reason, "ISR change refused");
+                        }
+                        Ok(Err(error)) => tracing::debug!(partition = %replica.name(), %error, "ISR change not made"),
+                        Err(_) => tracing::debug!(partition = %replica.name(), "ISR change not answered in time"),
+                    }
+                });
+            }
+        }
     }
 }
 

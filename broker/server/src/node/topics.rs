@@ -44,8 +44,8 @@ impl Node {
             partition_count: partition_count as u32,
             replication_factor: replication_factor as u16,
             configs: configs.iter().cloned().collect(),
-            // No replication yet: only the leader holds the data.
-            initial_isr: IsrChoice::LeaderOnly,
+            // Every replica is empty, so every replica is in sync.
+            initial_isr: IsrChoice::AllReplicas,
         };
         self.request(&request).await?;
         self.reconcile_off_thread().await?;
