@@ -568,7 +568,9 @@ impl Sim {
                 continue;
             }
             let Role::Leader(leader) = &mut replica.role else { continue };
-            if let Some(isr) = leader.isr_change(FlushPolicy::Always, now, LAG_MAX_MS) {
+            let image = &self.image;
+            if let Some(isr) = leader.isr_change(FlushPolicy::Always, now, LAG_MAX_MS, |broker| image.is_active(broker))
+            {
                 leader.asked(isr.clone(), now);
                 let message = Message::AlterPartition {
                     leader_epoch: leader.leader_epoch(),

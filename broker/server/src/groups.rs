@@ -57,6 +57,9 @@ const REPLAY_READ_BYTES: usize = 4 << 20;
 #[derive(Debug)]
 struct Shard {
     partition: Partition,
+    /// The leader epoch this broker took the shard up in: leading the partition
+    /// again in another epoch means replaying it again (it followed meanwhile).
+    leader_epoch: Option<i32>,
     coordinator: Mutex<Coordinator>,
     /// Size of the last snapshot: the next waits until the log doubled it, so a
     /// large state is not rewritten over and over.
@@ -75,6 +78,9 @@ pub struct GroupCoordinators {
     shards: RwLock<Vec<Option<Arc<Shard>>>>,
     config: CoordinatorConfig,
     clock: Arc<dyn Clock>,
+    /// A partition led here could not be taken up (its replay failed): the
+    /// next reconciliation tries again.
+    wants_retry: std::sync::atomic::AtomicBool,
 }
 
 /// The partition of `__consumer_offsets` that holds `group_id` (stable: the
@@ -103,7 +109,7 @@ impl GroupCoordinators {
     /// No shards yet: see [`GroupCoordinators::lead`].
     pub fn new(config: CoordinatorConfig, clock: Arc<dyn Clock>) -> GroupCoordinators {
         let shards = RwLock::new(vec![None; CONSUMER_OFFSETS_PARTITIONS as usize]);
-        GroupCoordinators { shards, config, clock }
+        GroupCoordinators { shards, config, clock, wants_retry: std::sync::atomic::AtomicBool::new(false) }
     }
 
     /// Takes up the shards of the `__consumer_offsets` partitions this broker now
@@ -111,29 +117,26 @@ impl GroupCoordinators {
     pub fn lead(&self, led: Vec<(u32, Partition)>) -> Result<(), ApiError> {
         let current: Vec<Option<Arc<Shard>>> = self.shards.read().unwrap_or_else(|p| p.into_inner()).clone();
         let mut next = vec![None; CONSUMER_OFFSETS_PARTITIONS as usize];
+        let mut first_error = None;
         for (index, partition) in led {
             let Some(slot) = next.get_mut(index as usize) else { continue };
-            let kept = current[index as usize].as_ref().filter(|shard| shard.partition.name() == partition.name());
-            *slot = Some(match kept {
-                Some(shard) => shard.clone(),
-                None => {
-                    let mut coordinator = Coordinator::new(self.config.clone());
-                    if replay_partition(&partition, &mut coordinator)? {
-                        // A snapshot torn by a crash of the previous owner (or
-                        // copied only in part before a failover): a whole one
-                        // closes it before any other record follows.
-                        partition.roll()?;
-                        let mut bytes = snapshot_batches(&coordinator.snapshot_records(), self.clock.now_ms());
-                        partition.append_as_leader(&mut bytes).map_err(as_coordinator)?;
-                        tracing::info!(partition = %partition.name(), "a torn group snapshot closed by a whole one");
+            let leader_epoch = partition.leader_epoch();
+            let kept = current[index as usize]
+                .as_ref()
+                .filter(|shard| shard.partition.name() == partition.name() && shard.leader_epoch == leader_epoch);
+            match kept {
+                Some(shard) => *slot = Some(shard.clone()),
+                // One partition that cannot be taken up holds up no other.
+                None => match self.take_up(partition.clone(), leader_epoch) {
+                    Ok(shard) => *slot = Some(Arc::new(shard)),
+                    Err(error) => {
+                        tracing::error!(partition = %partition.name(), %error, "groups of this partition not taken up");
+                        first_error.get_or_insert(error);
                     }
-                    let snapshot_bytes = std::sync::atomic::AtomicU64::new(0);
-                    tracing::info!(partition = %partition.name(), "coordinating the groups of this partition");
-                    let retired = std::sync::atomic::AtomicBool::new(false);
-                    Arc::new(Shard { partition, coordinator: Mutex::new(coordinator), snapshot_bytes, retired })
-                }
-            });
+                },
+            }
         }
+        self.wants_retry.store(first_error.is_some(), std::sync::atomic::Ordering::Relaxed);
         for (old, new) in current.iter().zip(&next) {
             if let Some(old) = old.as_ref().filter(|old| !new.as_ref().is_some_and(|new| Arc::ptr_eq(old, new))) {
                 let _coordinator = lock(&old.coordinator);
@@ -141,7 +144,34 @@ impl GroupCoordinators {
             }
         }
         *self.shards.write().unwrap_or_else(|p| p.into_inner()) = next;
-        Ok(())
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Whether a led partition could not be taken up at the last `lead`.
+    pub fn wants_retry(&self) -> bool {
+        self.wants_retry.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Replays `partition` into a new shard, led in `leader_epoch`.
+    fn take_up(&self, partition: Partition, leader_epoch: Option<i32>) -> Result<Shard, ApiError> {
+        let mut coordinator = Coordinator::new(self.config.clone());
+        if replay_partition(&partition, &mut coordinator)? {
+            // A snapshot torn by a crash of the previous owner (or copied only
+            // in part before a failover): a whole one closes it before any
+            // other record follows.
+            partition.roll()?;
+            let mut bytes = snapshot_batches(&coordinator.snapshot_records(), self.clock.now_ms());
+            partition.append_as_leader(&mut bytes).map_err(as_coordinator)?;
+            tracing::info!(partition = %partition.name(), "a torn group snapshot closed by a whole one");
+        }
+        tracing::info!(partition = %partition.name(), "coordinating the groups of this partition");
+        Ok(Shard {
+            partition,
+            leader_epoch,
+            coordinator: Mutex::new(coordinator),
+            snapshot_bytes: std::sync::atomic::AtomicU64::new(0),
+            retired: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// The shards this broker coordinates now.

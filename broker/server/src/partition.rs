@@ -571,11 +571,11 @@ impl Partition {
 
     /// The ISR change this leader should ask the controller for now, if any
     /// (noted as asked: see [`LeaderReplicas::asked`]).
-    pub fn isr_request(&self, now_ms: u64, lag_max_ms: u64) -> Option<IsrRequest> {
+    pub fn isr_request(&self, now_ms: u64, lag_max_ms: u64, can_join: impl Fn(BrokerId) -> bool) -> Option<IsrRequest> {
         let policy = self.config().flush_policy;
         let mut role = lock(&self.shared.role);
         let Role::Leader { replicas, .. } = &mut *role else { return None };
-        let isr = replicas.isr_change(policy, now_ms, lag_max_ms)?;
+        let isr = replicas.isr_change(policy, now_ms, lag_max_ms, can_join)?;
         replicas.asked(isr.clone(), now_ms);
         Some(IsrRequest { leader_epoch: replicas.leader_epoch(), partition_epoch: replicas.partition_epoch(), isr })
     }

@@ -195,7 +195,16 @@ impl LeaderReplicas {
 
     /// Rule 2: the ISR to ask the controller for, if it should change (and no
     /// change is in flight, or the one in flight is older than the retry pause).
-    pub fn isr_change(&self, policy: FlushPolicy, now_ms: u64, lag_max_ms: u64) -> Option<Vec<BrokerId>> {
+    /// Only replicas `can_join` says may join are proposed (the controller
+    /// refuses a whole request that adds a fenced broker, which would block the
+    /// shrink asked with it).
+    pub fn isr_change(
+        &self,
+        policy: FlushPolicy,
+        now_ms: u64,
+        lag_max_ms: u64,
+        can_join: impl Fn(BrokerId) -> bool,
+    ) -> Option<Vec<BrokerId>> {
         if let Some((_, asked_ms)) = &self.pending {
             if now_ms.saturating_sub(*asked_ms) < ISR_CHANGE_RETRY_MS {
                 return None;
@@ -207,17 +216,19 @@ impl LeaderReplicas {
                 .is_some_and(|progress| now_ms.saturating_sub(progress.last_caught_up_ms) > lag_max_ms)
         };
         let joining = |replica: &BrokerId| {
-            self.followers.get(replica).is_some_and(|progress| {
-                progress.last_fetch_ms > 0
-                    && now_ms.saturating_sub(progress.last_caught_up_ms) <= lag_max_ms
-                    && progress.offsets().counted(policy) >= self.high_watermark.offset().max(self.epoch_start_offset)
-            })
+            can_join(*replica)
+                && self.followers.get(replica).is_some_and(|progress| {
+                    progress.last_fetch_ms > 0
+                        && now_ms.saturating_sub(progress.last_caught_up_ms) <= lag_max_ms
+                        && progress.offsets().counted(policy)
+                            >= self.high_watermark.offset().max(self.epoch_start_offset)
+                })
         };
         let mut next: Vec<BrokerId> = self.isr.iter().copied().filter(|member| !lagging(member)).collect();
         next.extend(self.replicas.iter().filter(|replica| !self.isr.contains(replica) && joining(replica)));
         // Members asked for and never settled hold the high watermark: asking
-        // for the known ISR again gets the definite answer that frees them
-        // (nothing applied at this epoch, or a newer state to learn).
+        // for the known ISR again makes the controller bump the partition
+        // epoch, and learning that state frees them (rule 3).
         (next != self.isr || !self.maybe_added.is_empty()).then_some(next)
     }
 
@@ -301,14 +312,14 @@ mod tests {
         let mut replicas = LeaderReplicas::new(1, &state(&[1, 2, 3]), 0, 10, 1_000);
         replicas.on_fetch(2, 10, 10, 10, 1_100).unwrap();
         replicas.on_fetch(3, 4, 4, 10, 1_100).unwrap();
-        assert_eq!(replicas.isr_change(FlushPolicy::Always, 5_000, 30_000), None);
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 5_000, 30_000, |_| true), None);
         // 3 never catches up; 2 keeps fetching at the end.
         replicas.on_fetch(2, 10, 10, 10, 31_500).unwrap();
-        assert_eq!(replicas.isr_change(FlushPolicy::Always, 31_500, 30_000), Some(vec![1, 2]));
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 31_500, 30_000, |_| true), Some(vec![1, 2]));
         replicas.asked(vec![1, 2], 31_500);
-        assert_eq!(replicas.isr_change(FlushPolicy::Always, 31_600, 30_000), None, "one change in flight");
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 31_600, 30_000, |_| true), None, "one change in flight");
         assert_eq!(
-            replicas.isr_change(FlushPolicy::Always, 34_000, 30_000),
+            replicas.isr_change(FlushPolicy::Always, 34_000, 30_000, |_| true),
             Some(vec![1, 2]),
             "asked again after the pause"
         );
@@ -320,10 +331,16 @@ mod tests {
         // only in its page cache: under `always` it joins once that is on disk.
         replicas.advance_high_watermark(FlushPolicy::Always, leader_at(10), 2);
         replicas.on_fetch(3, 10, 4, 10, 35_000).unwrap();
-        assert_eq!(replicas.isr_change(FlushPolicy::Always, 35_000, 30_000), None);
-        assert_eq!(replicas.isr_change(FlushPolicy::Interval, 35_000, 30_000), Some(vec![1, 2, 3]));
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 35_000, 30_000, |_| true), None);
+        assert_eq!(replicas.isr_change(FlushPolicy::Interval, 35_000, 30_000, |_| true), Some(vec![1, 2, 3]));
         replicas.on_fetch(3, 10, 10, 10, 35_000).unwrap();
-        assert_eq!(replicas.isr_change(FlushPolicy::Always, 35_000, 30_000), Some(vec![1, 2, 3]));
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 35_000, 30_000, |_| true), Some(vec![1, 2, 3]));
+        let fenced = |broker| broker != 3;
+        assert_eq!(
+            replicas.isr_change(FlushPolicy::Always, 35_000, 30_000, fenced),
+            None,
+            "a fenced replica stays out"
+        );
         replicas.asked(vec![1, 2, 3], 35_000);
         assert_eq!(replicas.maximal_isr(), [1, 2, 3], "the high watermark counts the member being added");
         // Asked again without 3 (it lagged meanwhile): the first request may
@@ -349,15 +366,15 @@ mod tests {
         alone.replicas = vec![1, 2];
         let mut replicas = LeaderReplicas::new(1, &alone, 0, 10, 1_000);
         replicas.on_fetch(2, 10, 10, 10, 1_100).unwrap();
-        assert_eq!(replicas.isr_change(FlushPolicy::Always, 1_100, 30_000), Some(vec![1, 2]));
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 1_100, 30_000, |_| true), Some(vec![1, 2]));
         replicas.asked(vec![1, 2], 1_100);
         // No answer comes, and 2 dies: the maximal ISR holds the high watermark
         // at what 2 last reported.
         assert_eq!(replicas.advance_high_watermark(FlushPolicy::Always, leader_at(20), 1), Some(10));
         assert_eq!(replicas.advance_high_watermark(FlushPolicy::Always, leader_at(30), 1), None);
-        assert_eq!(replicas.isr_change(FlushPolicy::Always, 2_000, 30_000), None, "within the retry pause");
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 2_000, 30_000, |_| true), None, "within the retry pause");
         // After the pause the known ISR is asked for again...
-        assert_eq!(replicas.isr_change(FlushPolicy::Always, 3_200, 1_000), Some(vec![1]));
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 3_200, 1_000, |_| true), Some(vec![1]));
         replicas.asked(vec![1], 3_200);
         assert_eq!(replicas.maximal_isr(), [1, 2], "an answer alone settles nothing");
         // ...and the epoch the controller bumped for it frees the high watermark.
@@ -365,7 +382,7 @@ mod tests {
         assert!(replicas.on_partition_state(&alone, 3_300));
         assert_eq!(replicas.maximal_isr(), [1]);
         assert_eq!(replicas.advance_high_watermark(FlushPolicy::Always, leader_at(30), 1), Some(30));
-        assert_eq!(replicas.isr_change(FlushPolicy::Always, 3_300, 1_000), None, "nothing left to ask");
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 3_300, 1_000, |_| true), None, "nothing left to ask");
     }
 
     #[test]

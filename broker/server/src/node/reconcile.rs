@@ -131,10 +131,12 @@ impl Node {
         self.follow_transforms().await;
         loop {
             // A transform that failed to start (its plugin refused its config,
-            // or is not here yet) is tried again every few seconds.
+            // or is not here yet), or a group partition that could not be taken
+            // up, is tried again every few seconds.
             match tokio::time::timeout(TRANSFORM_RETRY, applied_index.changed()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => return,
+                Err(_) if self.groups().wants_retry() => {}
                 Err(_) if self.transforms_want_retry() => {
                     self.follow_transforms().await;
                     continue;
@@ -212,6 +214,14 @@ impl Node {
     }
 
     fn update_topic(&self, name: &str, topic: &Topic, image: &TopicImage) -> Result<(), ApiError> {
+        // Roles first: a config this broker refuses must not keep a deposed
+        // leader leading.
+        let now_ms = self.replication_now_ms();
+        for (slot, state) in topic.slots.iter().zip(&image.partitions) {
+            if let Some(partition) = slot.partition() {
+                partition.take_role(self.broker.id, state, self.leads(state), now_ms);
+            }
+        }
         let mut configs = lock(&topic.configs);
         if *configs != image.configs {
             let entries: Vec<(String, String)> = image.configs.clone().into_iter().collect();
@@ -221,11 +231,11 @@ impl Node {
             }
             *configs = image.configs.clone();
             tracing::info!(topic = %name, "topic configs applied");
-        }
-        let now_ms = self.replication_now_ms();
-        for (slot, state) in topic.slots.iter().zip(&image.partitions) {
-            if let Some(partition) = slot.partition() {
-                partition.take_role(self.broker.id, state, self.leads(state), now_ms);
+            // min.insync.replicas may have changed: the leaders take it up.
+            for (slot, state) in topic.slots.iter().zip(&image.partitions) {
+                if let Some(partition) = slot.partition() {
+                    partition.take_role(self.broker.id, state, self.leads(state), now_ms);
+                }
             }
         }
         Ok(())

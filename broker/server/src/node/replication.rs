@@ -4,10 +4,10 @@
 //! `replica-fetch` calls (one per leader broker, every partition it follows
 //! there, long-polling) and appends them byte for byte (`append_replicated`).
 //!
-//! This is the first part of ISR replication: the copies are made, but ISRs
-//! stay as the controller set them (the leader alone for new topics), so the
-//! high watermark and `acks=all` still count the leader only. The leader's
-//! follower tracking, ISR changes and failover onto the copies come next.
+//! The leader side notes each follower's progress as it fetches (the high
+//! watermark over the ISR moves with it, see `Partition::on_follower_fetch`),
+//! and `maintain_isrs` asks the controller for the ISR changes that progress
+//! calls for (AlterPartition).
 //!
 //! Calls travel on the broker's data links (`controllerCall` kinds
 //! `replica-fetch` and `epoch-end-offset`; see docs/design/rpc.md).
@@ -501,11 +501,14 @@ impl Node {
         loop {
             tokio::time::sleep(ISR_CHECK_INTERVAL).await;
             let now_ms = self.replication_now_ms();
+            let active: BTreeSet<i32> =
+                self.controller.read(|image| image.brokers.keys().copied().filter(|id| image.is_active(*id)).collect());
             let mut asks = Vec::new();
             for (topic, local) in self.topics().iter() {
                 for (index, replica) in local.slots.iter().enumerate() {
                     let Some(replica) = replica.partition() else { continue };
-                    if let Some(request) = replica.isr_request(now_ms, self.replica_lag_time_max_ms) {
+                    let can_join = |broker: i32| active.contains(&broker);
+                    if let Some(request) = replica.isr_request(now_ms, self.replica_lag_time_max_ms, can_join) {
                         asks.push((topic.clone(), index as u32, replica.clone(), request));
                     }
                 }
