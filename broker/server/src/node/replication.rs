@@ -133,14 +133,7 @@ impl Node {
                 let replica = replica?;
                 let (log_start, log_end) =
                     replica.with_log(|log| Ok((log.log_start_offset(), log.log_end_offset())))?;
-                if fetch.fetch_offset < log_start || fetch.fetch_offset > log_end {
-                    let message = format!(
-                        "fetch offset {} is outside [{log_start}, {log_end}] of {}",
-                        fetch.fetch_offset,
-                        replica.name()
-                    );
-                    return Err(ApiError::new(ErrorCode::OffsetOutOfRange, message));
-                }
+                check_fetch_offset(&replica, fetch.fetch_offset, log_start, log_end)?;
                 let durable = fetch.durable_offset.min(fetch.fetch_offset);
                 replica.on_follower_fetch(
                     request.broker_id,
@@ -182,14 +175,7 @@ impl Node {
                 let room = REPLICA_FETCH_BYTES.saturating_sub(records.len());
                 let (log_start, high_watermark) = replica.offsets()?;
                 let log_end = replica.log_end_offset();
-                if fetch.fetch_offset < log_start || fetch.fetch_offset > log_end {
-                    let message = format!(
-                        "fetch offset {} is outside [{log_start}, {log_end}] of {}",
-                        fetch.fetch_offset,
-                        replica.name()
-                    );
-                    return Err(ApiError::new(ErrorCode::OffsetOutOfRange, message));
-                }
+                check_fetch_offset(&replica, fetch.fetch_offset, log_start, log_end)?;
                 if fetch.fetch_offset < log_end && room > 0 {
                     let max_bytes = (REPLICA_FETCH_PARTITION_BYTES as usize).min(room);
                     replica.read_for_follower(fetch.fetch_offset, max_bytes, &mut buffer)?;
@@ -541,6 +527,16 @@ impl Node {
             }
         }
     }
+}
+
+/// A follower's fetch offset must lie in the leader's log (a follower below its
+/// log start restarts there; one past its end has diverged).
+fn check_fetch_offset(replica: &Partition, fetch_offset: u64, log_start: u64, log_end: u64) -> Result<(), ApiError> {
+    if fetch_offset < log_start || fetch_offset > log_end {
+        let message = format!("fetch offset {fetch_offset} is outside [{log_start}, {log_end}] of {}", replica.name());
+        return Err(ApiError::new(ErrorCode::OffsetOutOfRange, message));
+    }
+    Ok(())
 }
 
 /// The fetch sessions by leader; aborted with their owner (shutdown).
