@@ -21,6 +21,16 @@ trap 'pkill -P $$ -f "weir serve" 2>/dev/null || true; kill $(jobs -p) 2>/dev/nu
 now() { date +%s.%N; }
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 json_field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+# Prints p50/p99/max of the times given after a label.
+summary() {
+  python3 - "$@" <<'EOF2'
+import sys
+what = sys.argv[1]
+t = sorted(float(x) for x in sys.argv[2:])
+q = lambda p: t[min(len(t) - 1, int(round(p * (len(t) - 1))))]
+print(f"{what} over {len(t)} rounds: p50 {q(0.5):.2f} s, p99 {q(0.99):.2f} s, max {t[-1]:.2f} s")
+EOF2
+}
 
 # ---- 1. controller failover ----
 P=($(port) $(port) $(port))
@@ -63,12 +73,7 @@ for round in $(seq 1 "$ROUNDS"); do
   start "$active"
   wait_active "$other"
 done
-python3 - "${times[@]}" <<'EOF'
-import sys
-t = sorted(float(x) for x in sys.argv[1:])
-q = lambda p: t[min(len(t) - 1, int(round(p * (len(t) - 1))))]
-print(f"controller failover over {len(t)} kills: p50 {q(0.5):.2f} s, p99 {q(0.99):.2f} s, max {t[-1]:.2f} s")
-EOF
+summary "controller failover (to admin working again)" "${times[@]}"
 
 # ---- 1b. partition failover: RF=3, min.insync.replicas=2, acks=all ----
 # The leader of pf-0 is stopped (kill -9, then SIGTERM: a controlled shutdown);
@@ -97,15 +102,6 @@ partition_failover() { # $1: the signal (KILL or TERM); appends one time per rou
     start "$leader"
     wait_active "$other"
   done
-}
-summary() {
-  python3 - "$@" <<'EOF2'
-import sys
-what = sys.argv[1]
-t = sorted(float(x) for x in sys.argv[2:])
-q = lambda p: t[min(len(t) - 1, int(round(p * (len(t) - 1))))]
-print(f"{what} over {len(t)} rounds: p50 {q(0.5):.2f} s, p99 {q(0.99):.2f} s, max {t[-1]:.2f} s")
-EOF2
 }
 partition_failover KILL
 summary "partition failover after kill -9 of its leader (to the next acks=all produce)" "${FAILOVERS[@]}"

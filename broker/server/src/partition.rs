@@ -580,24 +580,16 @@ impl Partition {
         Some(IsrRequest { leader_epoch: replicas.leader_epoch(), partition_epoch: replicas.partition_epoch(), isr })
     }
 
-    /// The ISR this leader knows and `min.insync.replicas`; `None` when not leading.
-    pub fn isr(&self) -> Option<(Vec<BrokerId>, usize)> {
-        match &*lock(&self.shared.role) {
-            Role::Leader { replicas, min_insync_replicas } => Some((replicas.isr().to_vec(), *min_insync_replicas)),
-            Role::Standalone | Role::Follower { .. } => None,
-        }
-    }
-
-    /// Fails with `NotEnoughReplicas` while the ISR this leader knows is
-    /// smaller than `min.insync.replicas` (an `acks=all` produce is refused
-    /// before anything is appended).
     pub fn check_min_insync(&self) -> Result<(), ReplicaError> {
-        match self.isr() {
-            Some((isr, min)) if isr.len() < min => Err(ReplicaError::NotEnoughReplicas(format!(
-                "{} has {} in-sync replica(s) {isr:?}, fewer than min.insync.replicas={min}",
-                self.shared.name,
-                isr.len()
-            ))),
+        match &*lock(&self.shared.role) {
+            Role::Leader { replicas, min_insync_replicas: min } if replicas.isr().len() < *min => {
+                let isr = replicas.isr();
+                Err(ReplicaError::NotEnoughReplicas(format!(
+                    "{} has {} in-sync replica(s) {isr:?}, fewer than min.insync.replicas={min}",
+                    self.shared.name,
+                    isr.len()
+                )))
+            }
             _ => Ok(()),
         }
     }
