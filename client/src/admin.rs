@@ -175,7 +175,7 @@ pub struct Admin {
 
 impl Admin {
     pub fn new(config: CommonConfig) -> Result<Admin, ClientError> {
-        let cluster = Cluster::new(&config.bootstrap_servers, config.connect_timeout)?;
+        let cluster = Cluster::new(&config.bootstrap_servers, config.connect_timeout, config.request_timeout)?;
         Ok(Admin { cluster, request_timeout: config.request_timeout })
     }
 

@@ -13,6 +13,7 @@
 //! `Send + Sync`.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -86,13 +87,21 @@ struct Cache {
 pub struct Cluster {
     bootstrap: Vec<String>,
     connect_timeout: Duration,
+    /// Bound on each metadata and coordinator call (`request.timeout.ms`).
+    request_timeout: Duration,
     cache: Mutex<Cache>,
     connections: tokio::sync::Mutex<HashMap<String, Connection>>,
 }
 
 impl Cluster {
-    /// A cluster reached through `bootstrap_servers` (`host:port[,host:port…]`).
-    pub fn new(bootstrap_servers: &str, connect_timeout: Duration) -> Result<Arc<Cluster>, ClientError> {
+    /// A cluster reached through `bootstrap_servers` (`host:port[,host:port…]`):
+    /// connections are set up within `connect_timeout`, and metadata and
+    /// coordinator calls answered within `request_timeout`.
+    pub fn new(
+        bootstrap_servers: &str,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<Arc<Cluster>, ClientError> {
         let bootstrap: Vec<String> =
             bootstrap_servers.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
         let mut problems = Vec::new();
@@ -112,6 +121,7 @@ impl Cluster {
         Ok(Arc::new(Cluster {
             bootstrap,
             connect_timeout,
+            request_timeout,
             cache: Mutex::new(Cache::default()),
             connections: tokio::sync::Mutex::new(HashMap::new()),
         }))
@@ -132,16 +142,87 @@ impl Cluster {
         Ok(connection)
     }
 
-    /// A connection to any broker: known brokers first, then the bootstrap list.
-    pub async fn any_connection(&self) -> Result<Connection, ClientError> {
+    /// Brokers to try for a call any of them can answer: known brokers first,
+    /// then the bootstrap list, each once.
+    fn candidates(&self) -> Vec<String> {
         let mut candidates: Vec<String> = self.cache().brokers.values().map(BrokerInfo::address).collect();
         candidates.sort();
-        candidates.extend(self.bootstrap.iter().cloned());
+        for address in &self.bootstrap {
+            if !candidates.contains(address) {
+                candidates.push(address.clone());
+            }
+        }
+        candidates
+    }
+
+    /// A connection to any broker: known brokers first, then the bootstrap list.
+    pub async fn any_connection(&self) -> Result<Connection, ClientError> {
         let mut last_error = None;
-        for address in candidates {
+        for address in self.candidates() {
             match self.connection(&address).await {
                 Ok(connection) => return Ok(connection),
                 Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.unwrap_or(ClientError::InvalidConfig { problems: vec!["no brokers".to_owned()] }))
+    }
+
+    /// Runs `call` on `connection`, failing with `Timeout` when no answer comes
+    /// within `request.timeout.ms`. A connection that timed out is forgotten, so
+    /// the next call connects afresh (as Kafka's client closes it): a broker
+    /// that stopped answering on a socket that stays open never holds a caller
+    /// for longer than the timeout.
+    pub async fn bounded_call<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        connection: &Connection,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        T: Send + 'static,
+        F: FnOnce(broker::Client) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, ClientError>> + 'static,
+    {
+        match tokio::time::timeout(self.request_timeout, connection.call(call)).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                tracing::debug!(address = connection.address(), operation, "no answer in time; reconnecting next time");
+                let mut connections = self.connections.lock().await;
+                if connections.get(connection.address()).is_some_and(|cached| cached.same_as(connection)) {
+                    connections.remove(connection.address());
+                }
+                Err(ClientError::Timeout { operation, timeout_ms: self.request_timeout.as_millis() as u64 })
+            }
+        }
+    }
+
+    /// Runs `call` (given the address it goes to) on the first broker that
+    /// answers it, in [`Cluster::candidates`] order: a broker that cannot be
+    /// reached, drops the connection, or does not answer within the request
+    /// timeout is passed over for the next. A broker's refusal is returned as is.
+    pub(crate) async fn call_any<T, F, Fut>(&self, operation: &'static str, call: F) -> Result<T, ClientError>
+    where
+        T: Send + 'static,
+        F: FnOnce(broker::Client, String) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = Result<T, ClientError>> + 'static,
+    {
+        let mut last_error = None;
+        for address in self.candidates() {
+            let connection = match self.connection(&address).await {
+                Ok(connection) => connection,
+                Err(error) => {
+                    last_error = Some(error);
+                    continue;
+                }
+            };
+            let call = call.clone();
+            match self.bounded_call(operation, &connection, move |client| call(client, address)).await {
+                Err(
+                    error @ (ClientError::Connect { .. }
+                    | ClientError::Disconnected { .. }
+                    | ClientError::Timeout { .. }),
+                ) => last_error = Some(error),
+                outcome => return outcome,
             }
         }
         Err(last_error.unwrap_or(ClientError::InvalidConfig { problems: vec!["no brokers".to_owned()] }))
@@ -162,11 +243,9 @@ impl Cluster {
         if let Some(address) = known {
             return self.connection(&address).await;
         }
-        let connection = self.any_connection().await?;
-        let address = connection.address().to_owned();
         let group = group_id.to_owned();
-        let coordinator = connection
-            .call(move |client: broker::Client| async move {
+        let coordinator = self
+            .call_any("find coordinator", move |client: broker::Client, address| async move {
                 let mut request = client.find_coordinator_request();
                 request.get().set_group_id(&group[..]);
                 let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
@@ -196,11 +275,9 @@ impl Cluster {
     /// Fetches metadata for `topics` (every topic when empty) and updates the cache.
     /// Returns the topics found; unknown ones are left out of the cache.
     pub async fn refresh(&self, topics: &[String]) -> Result<Vec<Arc<TopicInfo>>, ClientError> {
-        let connection = self.any_connection().await?;
-        let address = connection.address().to_owned();
         let names = topics.to_vec();
-        let (brokers, found, missing) = connection
-            .call(move |client: broker::Client| async move {
+        let (brokers, found, missing) = self
+            .call_any("metadata", move |client: broker::Client, address| async move {
                 let mut request = client.metadata_request();
                 let mut list = request.get().init_topics(names.len() as u32);
                 for (index, name) in names.iter().enumerate() {

@@ -63,6 +63,11 @@ impl Connection {
         &self.address
     }
 
+    /// Whether `other` is a handle to this same connection.
+    pub fn same_as(&self, other: &Connection) -> bool {
+        Arc::ptr_eq(&self.broken, &other.broken)
+    }
+
     /// Whether the connection broke (it never recovers; make a new one).
     pub fn is_broken(&self) -> bool {
         self.broken.load(Ordering::Relaxed) || self.calls.is_closed()

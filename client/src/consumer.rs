@@ -143,7 +143,11 @@ impl Consumer {
     /// A consumer for the cluster in `config`. Must be called inside a tokio
     /// runtime (its fetch and decode tasks run there); connects on first use.
     pub fn new(config: ConsumerConfig) -> Result<Consumer, ClientError> {
-        let cluster = Cluster::new(&config.common.bootstrap_servers, config.common.connect_timeout)?;
+        let cluster = Cluster::new(
+            &config.common.bootstrap_servers,
+            config.common.connect_timeout,
+            config.common.request_timeout,
+        )?;
         Ok(Consumer::with_cluster(config, cluster))
     }
 
@@ -882,8 +886,8 @@ pub(crate) async fn list_offset(
     let connection = cluster.leader(topic, partition).await?;
     let address = connection.address().to_owned();
     let topic = topic.to_owned();
-    connection
-        .call(move |client: broker::Client| async move {
+    cluster
+        .bounded_call("list offset", &connection, move |client: broker::Client| async move {
             let mut request = client.list_offset_request();
             let mut params = request.get();
             params.set_topic(&topic[..]);

@@ -541,8 +541,8 @@ pub(crate) async fn commit_call(
     let address = connection.address().to_owned();
     let group = group_id.to_owned();
     let (group_id, member_id, offsets) = (group_id.to_owned(), member_id.to_owned(), offsets.to_vec());
-    connection
-        .call(move |client: broker::Client| async move {
+    cluster
+        .bounded_call("commit", &connection, move |client: broker::Client| async move {
             let mut request = client.commit_offsets_request();
             let mut params = request.get();
             params.set_group_id(&group_id[..]);
@@ -575,8 +575,8 @@ pub(crate) async fn fetch_committed(
     let address = connection.address().to_owned();
     let group = group_id.to_owned();
     let (group_id, partitions) = (group_id.to_owned(), partitions.to_vec());
-    connection
-        .call(move |client: broker::Client| async move {
+    cluster
+        .bounded_call("fetch committed offsets", &connection, move |client: broker::Client| async move {
             let mut request = client.fetch_offsets_request();
             let mut params = request.get();
             params.set_group_id(&group_id[..]);

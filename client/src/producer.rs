@@ -225,7 +225,11 @@ impl Producer {
     /// A producer for the cluster in `config`. Must be called inside a tokio
     /// runtime (the sender task runs there); connects on first use.
     pub fn new(config: ProducerConfig) -> Result<Producer, ClientError> {
-        let cluster = Cluster::new(&config.common.bootstrap_servers, config.common.connect_timeout)?;
+        let cluster = Cluster::new(
+            &config.common.bootstrap_servers,
+            config.common.connect_timeout,
+            config.common.request_timeout,
+        )?;
         Producer::with_cluster(config, cluster)
     }
 
@@ -547,8 +551,8 @@ impl Inner {
     }
 
     /// Asks the broker for a producer id when the producer needs one (one
-    /// attempt, bounded by `request_timeout`; after a failure, not again before
-    /// the backoff passed). Returns when to try again, if it failed.
+    /// attempt per broker, each bounded by `request_timeout`; after a failure,
+    /// not again before the backoff passed). Returns when to try again, if it failed.
     async fn ensure_producer_id(&self) -> Option<Instant> {
         {
             let state = self.lock();
@@ -559,13 +563,7 @@ impl Inner {
                 return Some(retry_at);
             }
         }
-        let timeout = self.config.common.request_timeout;
-        let outcome = match tokio::time::timeout(timeout, self.init_producer_id()).await {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                Err(ClientError::Timeout { operation: "init producer id", timeout_ms: timeout.as_millis() as u64 })
-            }
-        };
+        let outcome = self.init_producer_id().await;
         let mut state = self.lock();
         match outcome {
             Ok(producer) => {
@@ -617,10 +615,8 @@ impl Inner {
     }
 
     async fn init_producer_id(&self) -> Result<(i64, i16), ClientError> {
-        let connection = self.cluster.any_connection().await?;
-        let address = connection.address().to_owned();
-        connection
-            .call(move |client: broker::Client| async move {
+        self.cluster
+            .call_any("init producer id", move |client: broker::Client, address| async move {
                 let response = client
                     .init_producer_id_request()
                     .send()
