@@ -485,3 +485,92 @@ fn acknowledged_records_survive_leader_kills_and_the_killed_leader_rejoins_the_i
         copies.iter().all(|copy| *copy == copies[0]).then_some(())
     });
 }
+
+#[test]
+fn an_offline_partition_waits_for_its_isr_unless_unclean_elections_are_allowed() {
+    // Brokers 1-3 are the quorum, broker 4 only a broker: two replicas can go
+    // down while the controller keeps a majority.
+    let mut cluster = Cluster::start_with_voters(4, 3);
+    // The ids of the active brokers, as broker `via` sees them.
+    let active = |cluster: &Cluster, via: usize| -> Option<Vec<i64>> {
+        let status = json(&cluster.address(via), &["cluster", "status"])?;
+        let brokers = status["brokers"].as_array()?.iter();
+        Some(brokers.filter(|broker| broker["state"] == "active").filter_map(|broker| broker["id"].as_i64()).collect())
+    };
+    wait_for(&cluster, "four active brokers", || (active(&cluster, 1)? == [1, 2, 3, 4]).then_some(()));
+    let create = ["topic", "create", "stranded", "--partitions", "4", "--replication-factor", "2"];
+    let (ok, _, stderr) = weir(&cluster.address(1), &create, None);
+    assert!(ok, "{stderr}");
+    // A partition on broker 4 and one voter.
+    let description = json(&cluster.address(1), &["topic", "describe", "stranded"]).unwrap();
+    let (partition, voter) = (0..4)
+        .find_map(|partition| {
+            let replicas: Vec<i64> =
+                description["partitions"][partition]["replicas"].as_array()?.iter().filter_map(Value::as_i64).collect();
+            let voter = *replicas.iter().find(|id| **id != 4)?;
+            replicas.contains(&4).then_some((partition, voter as usize))
+        })
+        .unwrap_or_else(|| panic!("no partition on broker 4: {description}"));
+    let partition_arg = partition.to_string();
+    let produce = |cluster: &Cluster, via: usize, value: &str| {
+        let args = ["produce", "stranded", "--partition", partition_arg.as_str()];
+        let (ok, stdout, stderr) = weir(&cluster.address(via), &args, Some(&format!("{value}\n")));
+        assert!(ok, "{stdout}{stderr}");
+    };
+    let survivor = (1..=3).find(|id| *id != voter).unwrap();
+    produce(&cluster, survivor, "before");
+    wait_for(&cluster, "both replicas in sync", || {
+        let (_, isr) = leader_and_isr(&cluster, survivor, "stranded", partition)?;
+        (isr.len() == 2).then_some(())
+    });
+
+    // Broker 4 goes down: the voter leads alone and takes a record 4 never saw.
+    cluster.kill(4);
+    wait_for(&cluster, "the voter leading alone", || {
+        let (leader, isr) = leader_and_isr(&cluster, survivor, "stranded", partition)?;
+        (leader == voter as i64 && isr == [voter as i64]).then_some(())
+    });
+    produce(&cluster, survivor, "only-on-the-voter");
+    // Then the voter goes down too, and broker 4 comes back: out of sync, it
+    // may not lead, so the partition stays offline.
+    cluster.kill(voter);
+    cluster.restart(4);
+    wait_for(&cluster, "broker 4 active again, the voter fenced", || {
+        let active = active(&cluster, survivor)?;
+        (active.contains(&4) && !active.contains(&(voter as i64))).then_some(())
+    });
+    let (leader, isr) = leader_and_isr(&cluster, survivor, "stranded", partition).unwrap();
+    assert_eq!((leader, isr), (-1, vec![voter as i64]), "an out-of-sync replica led a clean topic");
+
+    // Allowing unclean elections brings it back at once, led by broker 4 alone;
+    // the record only the voter held is given up.
+    let alter = ["topic", "alter-config", "stranded", "--config", "unclean.leader.election.enable=true"];
+    let (ok, _, stderr) = weir(&cluster.address(survivor), &alter, None);
+    assert!(ok, "{stderr}");
+    wait_for(&cluster, "broker 4 leading after an unclean election", || {
+        let (leader, isr) = leader_and_isr(&cluster, survivor, "stranded", partition)?;
+        (leader == 4 && isr == [4]).then_some(())
+    });
+    produce(&cluster, survivor, "after");
+    let read = |cluster: &Cluster| {
+        let args = ["consume", "stranded", "--partition", partition_arg.as_str(), "--offset", "beginning"];
+        let (ok, stdout, stderr) =
+            weir(&cluster.address(survivor), &[&args[..], &["--timeout-ms", "5000"]].concat(), None);
+        assert!(ok, "{stderr}");
+        stdout.lines().map(str::to_owned).collect::<Vec<_>>()
+    };
+    assert_eq!(read(&cluster), ["before", "after"]);
+    let logs = cluster.logs();
+    assert!(logs.contains("unclean leader election"), "the election is logged");
+
+    // The old leader returns, truncates the record it alone held, and copies
+    // the new leader's log byte for byte.
+    cluster.restart(voter);
+    wait_for(&cluster, "the old leader back in sync", || {
+        let (_, isr) = leader_and_isr(&cluster, survivor, "stranded", partition)?;
+        let same = replica_bytes(&cluster, voter, "stranded", partition as u32)
+            == replica_bytes(&cluster, 4, "stranded", partition as u32);
+        (isr.len() == 2 && same).then_some(())
+    });
+    assert_eq!(read(&cluster), ["before", "after"]);
+}

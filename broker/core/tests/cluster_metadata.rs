@@ -125,6 +125,68 @@ fn a_fenced_leader_hands_over_within_the_isr_and_a_lone_replica_waits_for_its_br
 }
 
 #[test]
+fn unclean_elections_happen_only_where_the_topic_allows_them() {
+    // Three brokers, one partition on all three whose ISR is its leader alone;
+    // the leader is fenced, so only out-of-sync replicas are active.
+    let stranded = |configs: &[(&str, &str)]| {
+        let mut cluster = Cluster::default();
+        for broker_id in 1..=3 {
+            cluster.register(broker_id, "first", None);
+        }
+        let configs = configs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
+        cluster.commit(cluster.image.create_topic("t", 1, 3, configs, InitialIsr::LeaderOnly).unwrap());
+        let old = cluster.state("t", 0).clone();
+        cluster.fence(old.leader);
+        (cluster, old)
+    };
+    const UNCLEAN: &str = "unclean.leader.election.enable";
+
+    // Off (the default): the partition waits for its ISR.
+    let (mut cluster, old) = stranded(&[]);
+    assert_eq!((cluster.state("t", 0).leader, cluster.state("t", 0).isr.clone()), (NO_LEADER, old.isr.clone()));
+    // A leader from outside the ISR does not apply.
+    let outsider = old.replicas[1];
+    let current = cluster.state("t", 0).clone();
+    let state = PartitionState {
+        leader: outsider,
+        isr: vec![outsider],
+        leader_epoch: current.leader_epoch + 1,
+        partition_epoch: current.partition_epoch + 1,
+        ..current
+    };
+    let record = MetadataRecord::PartitionChange { topic: "t".to_owned(), partition: 0, state };
+    assert!(cluster.image.apply(cluster.log.len() as u64, &record).is_err(), "an unclean election applied");
+    // The ISR's member returns and leads.
+    cluster.register(old.leader, "second", None);
+    assert_eq!(cluster.state("t", 0).leader, old.leader);
+
+    // On: the first active replica leads at once, alone in its ISR.
+    let (cluster, old) = stranded(&[(UNCLEAN, "true")]);
+    let elected = cluster.state("t", 0);
+    assert_eq!(
+        (elected.leader, elected.isr.clone(), elected.leader_epoch),
+        (old.replicas[1], vec![old.replicas[1]], 1)
+    );
+
+    // Turned on later: offline partitions come back with the config change.
+    let (mut cluster, old) = stranded(&[(UNCLEAN, "false")]);
+    let records = cluster.image.alter_configs("t", &[(UNCLEAN.to_owned(), Some("TRUE".to_owned()))]).unwrap();
+    assert!(records.iter().any(|record| cluster.image.is_unclean_election(record)), "{records:?}");
+    cluster.commit(records);
+    assert_eq!(cluster.state("t", 0).leader, old.replicas[1]);
+
+    // On, with every replica down: the first to return leads.
+    let (mut cluster, old) = stranded(&[(UNCLEAN, "true")]);
+    cluster.fence(old.replicas[1]);
+    let last = cluster.state("t", 0).leader;
+    assert_eq!(last, old.replicas[2]);
+    cluster.fence(last);
+    assert_eq!(cluster.state("t", 0).leader, NO_LEADER);
+    cluster.register(old.replicas[1], "second", None);
+    assert_eq!(cluster.state("t", 0).leader, old.replicas[1], "out of sync, back first, leads");
+}
+
+#[test]
 fn a_preferred_leader_back_in_the_isr_is_elected_again_and_the_answer_counts_the_moves() {
     let mut cluster = Cluster::default();
     for broker_id in 1..=3 {
@@ -278,8 +340,13 @@ fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
             }
         }
         6 if !topics.is_empty() => {
-            let value = rng.gen_bool(0.5).then(|| rng.gen_range(0..100).to_string());
-            let changes = [("segment.ms".to_owned(), value)];
+            let changes = match rng.gen_bool(0.5) {
+                true => [("segment.ms".to_owned(), rng.gen_bool(0.5).then(|| rng.gen_range(0..100).to_string()))],
+                false => {
+                    let value = ["true", "false", "TRUE"][rng.gen_range(0..3)];
+                    [("unclean.leader.election.enable".to_owned(), rng.gen_bool(0.7).then(|| value.to_owned()))]
+                }
+            };
             cluster.image.alter_configs(&topics[rng.gen_range(0..topics.len())], &changes).unwrap()
         }
         7 if !broker_ids.is_empty() => {

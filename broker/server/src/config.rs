@@ -25,6 +25,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use broker_core::cluster::UNCLEAN_LEADER_ELECTION;
 use broker_core::log::{apply_topic_configs, LogConfig, TOPIC_CONFIG_KEYS};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -406,7 +407,16 @@ impl BrokerConfig {
         if let Some(rack) = controller.rack {
             settings.rack = (!rack.trim().is_empty()).then(|| rack.trim().to_owned());
         }
-        let Some(LogTable(entries)) = raw.log else { return problems };
+        let Some(LogTable(mut entries)) = raw.log else { return problems };
+        // The controller reads this one from each topic's own configs; a broker
+        // default would show in `describe` and change nothing.
+        if entries.iter().any(|(key, _)| key == UNCLEAN_LEADER_ELECTION) {
+            problems.push(format!(
+                "[log] {UNCLEAN_LEADER_ELECTION} is set per topic only (weir topic create/alter-config --config \
+                 {UNCLEAN_LEADER_ELECTION}=true): the controller reads it from the topic"
+            ));
+            entries.retain(|(key, _)| key != UNCLEAN_LEADER_ELECTION);
+        }
         match apply_topic_configs(&self.log, &entries) {
             Ok(log) => self.log = log,
             Err(error) => problems.extend(error.problems.into_iter().map(|problem| format!("[log] {problem}"))),
@@ -850,6 +860,7 @@ mod tests {
                 flush_interval_ms: 50,
                 batch_bytes_max: 1_000_000,
                 min_insync_replicas: 2,
+                unclean_leader_election: false,
             },
             flush_threads: 4,
             retention_check_interval_ms: 60_000,
@@ -1040,6 +1051,14 @@ mod tests {
         );
     }
 
+    #[test]
+    fn unclean_leader_election_is_refused_as_a_broker_default() {
+        let raw = parse_file("[log]\n\"unclean.leader.election.enable\" = \"true\"\n", Path::new("w.toml")).unwrap();
+        let problems = BrokerConfig::default().apply_file(raw);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("set per topic only"), "{problems:?}");
+    }
+
     /// The example file sets every key to its default (only `advertised_listener`,
     /// whose default is "unset", is commented out), so it parses to the defaults and
     /// a renamed, removed or added key, or a changed default, fails here.
@@ -1134,7 +1153,9 @@ mod tests {
         let mut log_keys: Vec<&str> =
             log.as_ref().expect("the example has [log]").0.iter().map(|(key, _)| key.as_str()).collect();
         log_keys.sort_unstable();
-        assert_eq!(log_keys, TOPIC_CONFIG_KEYS);
+        let defaults: Vec<&str> =
+            TOPIC_CONFIG_KEYS.iter().copied().filter(|key| *key != UNCLEAN_LEADER_ELECTION).collect();
+        assert_eq!(log_keys, defaults, "every topic config with a broker default");
         let mut config = BrokerConfig::default();
         assert_eq!(config.apply_file(raw), Vec::<String>::new());
         assert_eq!(config, BrokerConfig::default());

@@ -147,6 +147,10 @@ impl ClusterImage {
                 true => first_active(self, &state.replicas, &isr, Some(broker_id)),
                 false => state.leader,
             };
+            let (leader, isr) = match (leader, self.unclean_replica(topic, state, Some(broker_id))) {
+                (NO_LEADER, Some(replica)) => (replica, vec![replica]),
+                (leader, _) => (leader, isr),
+            };
             if let Some(next) = changed(state, leader, isr) {
                 records.push(partition_change(topic, partition, next));
             }
@@ -169,14 +173,58 @@ impl ClusterImage {
         if broker.fenced {
             records.push(MetadataRecord::UnfenceBroker { broker_id, broker_epoch });
         }
-        for (topic, partition, state) in self.partitions() {
-            if state.leader == NO_LEADER && state.isr.contains(&broker_id) {
-                if let Some(next) = changed(state, broker_id, state.isr.clone()) {
-                    records.push(partition_change(topic, partition, next));
+        for (topic, partition, state) in self.partitions().filter(|(_, _, state)| state.leader == NO_LEADER) {
+            let isr = match state.isr.contains(&broker_id) {
+                true => state.isr.clone(),
+                // Unclean: no in-sync replica is active (else it would lead).
+                false if state.replicas.contains(&broker_id) && self.unclean_election_enabled(topic) => {
+                    vec![broker_id]
                 }
+                false => continue,
+            };
+            if let Some(next) = changed(state, broker_id, isr) {
+                records.push(partition_change(topic, partition, next));
             }
         }
         Ok(records)
+    }
+
+    /// Whether `topic` lets an out-of-sync replica lead when no in-sync one can
+    /// (`unclean.leader.election.enable=true`: availability over the records
+    /// only the lost ISR held).
+    pub fn unclean_election_enabled(&self, topic: &str) -> bool {
+        self.topics
+            .get(topic)
+            .and_then(|image| image.configs.get(UNCLEAN_LEADER_ELECTION))
+            .is_some_and(|value| is_true(value))
+    }
+
+    /// The replica an unclean election would choose for `state` of `topic`, when
+    /// the topic allows them: see [`ClusterImage::out_of_sync_candidate`].
+    fn unclean_replica(&self, topic: &str, state: &PartitionState, except: Option<BrokerId>) -> Option<BrokerId> {
+        match self.unclean_election_enabled(topic) {
+            true => self.out_of_sync_candidate(state, except),
+            false => None,
+        }
+    }
+
+    /// The first active replica of `state` other than `except`, when no in-sync
+    /// replica other than `except` is active.
+    fn out_of_sync_candidate(&self, state: &PartitionState, except: Option<BrokerId>) -> Option<BrokerId> {
+        let usable = |broker: &BrokerId| Some(*broker) != except && self.is_active(*broker);
+        match state.isr.iter().any(usable) {
+            true => None,
+            false => state.replicas.iter().copied().find(usable),
+        }
+    }
+
+    /// Whether `record` makes a replica outside the ISR a partition's leader (an
+    /// unclean election: the records only the old ISR held are given up).
+    pub fn is_unclean_election(&self, record: &MetadataRecord) -> bool {
+        let MetadataRecord::PartitionChange { topic, partition, state: next } = record else { return false };
+        self.partition(topic, *partition).is_ok_and(|current| {
+            next.leader != NO_LEADER && next.leader != current.leader && !current.isr.contains(&next.leader)
+        })
     }
 
     /// Step 4: the records that create `name`.
@@ -471,7 +519,7 @@ impl ClusterImage {
         if !self.topics.contains_key(topic) {
             return Err(ControllerError::UnknownTopic(topic.to_owned()));
         }
-        let records = changes
+        let mut records: Vec<MetadataRecord> = changes
             .iter()
             .map(|(key, value)| MetadataRecord::ConfigChange {
                 topic: topic.to_owned(),
@@ -479,6 +527,22 @@ impl ClusterImage {
                 value: value.clone(),
             })
             .collect();
+        // Allowing unclean elections brings offline partitions back at once, as
+        // Kafka's controller does, when an out-of-sync replica is active.
+        let enables_unclean =
+            changes.iter().any(|(key, value)| key == UNCLEAN_LEADER_ELECTION && value.as_deref().is_some_and(is_true));
+        if enables_unclean && !self.unclean_election_enabled(topic) {
+            for (name, partition, state) in self.partitions() {
+                if name != topic || state.leader != NO_LEADER {
+                    continue;
+                }
+                if let Some(replica) = self.out_of_sync_candidate(state, None) {
+                    if let Some(next) = changed(state, replica, vec![replica]) {
+                        records.push(partition_change(name, partition, next));
+                    }
+                }
+            }
+        }
         Ok(records)
     }
 
@@ -569,6 +633,14 @@ fn place(brokers: &[(BrokerId, Option<String>)], index: usize, replication_facto
         racks.insert(chosen.1.clone());
     }
     replicas
+}
+
+/// The topic config that allows unclean leader elections (Kafka's name).
+pub const UNCLEAN_LEADER_ELECTION: &str = "unclean.leader.election.enable";
+
+/// A boolean config value, as Kafka reads one (case-insensitive `true`).
+fn is_true(value: &str) -> bool {
+    value.trim().eq_ignore_ascii_case("true")
 }
 
 /// The first broker of `replicas` that is in `isr`, active, and not `except`.

@@ -258,6 +258,15 @@ impl ClusterImage {
                 let current = self.partition(topic, *partition)?.clone();
                 self.check_partition_state(state)?;
                 check_epochs(&current, state)?;
+                // Leaders come from the ISR; only a topic that allows unclean
+                // elections may take one from outside it, alone in its new ISR.
+                let from_outside = state.leader != NO_LEADER && !current.isr.contains(&state.leader);
+                if from_outside && (!self.unclean_election_enabled(topic) || state.isr != [state.leader]) {
+                    return Err(format!(
+                        "leader {} is not in the ISR {:?} (unclean elections are off, or the ISR is not the leader alone)",
+                        state.leader, current.isr
+                    ));
+                }
                 *self.partition_mut(topic, *partition)? = state.clone();
             }
             MetadataRecord::ConfigChange { topic, key, value } => {

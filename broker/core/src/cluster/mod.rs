@@ -20,7 +20,7 @@ pub mod image;
 pub mod record;
 pub mod request;
 
-pub use controller::{ControllerError, InitialIsr};
+pub use controller::{ControllerError, InitialIsr, UNCLEAN_LEADER_ELECTION};
 pub use image::{
     check_attachment_entry, check_plugin_entry, check_plugin_name, check_transform_entry, is_plugin_digest, ApplyError,
     BrokerState, ClusterImage, TopicImage, TransformImage, PARTITIONER_HOOK, TRANSFORM_HOOK,

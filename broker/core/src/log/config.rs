@@ -65,6 +65,10 @@ pub struct LogConfig {
     /// watermark advances and `acks=all` produces are taken
     /// (`min.insync.replicas`). Not a log setting: the partition's leader reads it.
     pub min_insync_replicas: u16,
+    /// Whether a replica outside the ISR may lead when no in-sync replica can
+    /// (`unclean.leader.election.enable`). Not a log setting: the controller
+    /// reads it from the topic's own configs.
+    pub unclean_leader_election: bool,
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -83,6 +87,7 @@ impl Default for LogConfig {
             flush_interval_ms: 1000,
             batch_bytes_max: MIB as u32 + 12,
             min_insync_replicas: 1,
+            unclean_leader_election: false,
         }
     }
 }

@@ -41,7 +41,7 @@ const INTEGER: &str = "a non-negative integer";
 const UNLIMITED: &str = "a non-negative integer, or -1 for unlimited";
 
 /// Every supported key, sorted by key.
-const SETTINGS: [Setting; 12] = [
+const SETTINGS: [Setting; 13] = [
     Setting {
         key: "cleanup.policy",
         apply: |_, value| match value {
@@ -145,6 +145,18 @@ const SETTINGS: [Setting; 12] = [
         },
         effective: |config| config.segment_ms.to_string(),
     },
+    Setting {
+        key: "unclean.leader.election.enable",
+        apply: |config, value| {
+            config.unclean_leader_election = match value.to_ascii_lowercase().as_str() {
+                "true" => true,
+                "false" => false,
+                _ => return Err(Rejection::Unparsable("true or false")),
+            };
+            Ok(())
+        },
+        effective: |config| config.unclean_leader_election.to_string(),
+    },
 ];
 
 /// Every supported topic config key, sorted (Kafka's names).
@@ -232,7 +244,7 @@ mod tests {
     #[test]
     fn keys_are_sorted_and_unique() {
         assert!(TOPIC_CONFIG_KEYS.windows(2).all(|pair| pair[0] < pair[1]), "{TOPIC_CONFIG_KEYS:?}");
-        assert_eq!(TOPIC_CONFIG_KEYS.len(), 12);
+        assert_eq!(TOPIC_CONFIG_KEYS.len(), 13);
     }
 
     #[test]
@@ -250,6 +262,7 @@ mod tests {
                 flush_interval_ms: 250,
                 batch_bytes_max: 1024,
                 min_insync_replicas: 2,
+                unclean_leader_election: true,
             },
             LogConfig { retention_ms: Some(1), retention_bytes: Some(0), ..LogConfig::default() },
         ];

@@ -288,7 +288,21 @@ impl Controller {
         if !self.log_applied(SUBMIT_TIMEOUT).await {
             return Err(SubmitError::Failed("earlier changes are not applied yet".to_owned()));
         }
-        let (records, value) = self.read(handler).map_err(SubmitError::Refused)?;
+        let (records, value) = self
+            .read(|image| {
+                let planned = handler(image)?;
+                for record in planned.0.iter().filter(|record| image.is_unclean_election(record)) {
+                    if let MetadataRecord::PartitionChange { topic, partition, state } = record {
+                        tracing::warn!(
+                            %topic, partition, leader = state.leader,
+                            "unclean leader election (unclean.leader.election.enable=true): no in-sync replica \
+                             is available, so an out-of-sync one leads; records only the old ISR held are lost"
+                        );
+                    }
+                }
+                Ok(planned)
+            })
+            .map_err(SubmitError::Refused)?;
         if records.is_empty() {
             return Ok((value, None));
         }
