@@ -7,7 +7,13 @@
 //!
 //! The harness owns time, the network (delay, loss, reordering, cut links
 //! between any two nodes, the controller included) and the disks: a crash
-//! loses everything a replica did not fsync. Producers write to whichever
+//! loses everything a replica did not fsync. Each node reads its own clock,
+//! which runs fast, slow or stalls and changes pace as the walk goes (clock
+//! skew and drift: lag and session timeouts are measured on the clock of the
+//! node that judges them). A disk fills up: the write that hits the full disk
+//! stores a prefix of its records (or nothing), the fsync fails, and the
+//! partition fences itself as the broker does after any failed write —
+//! serving nothing, still heartbeating — until the broker restarts. Producers write to whichever
 //! broker believes it leads (deposed leaders included) and count a record
 //! acknowledged only when the high watermark passed it while that leader's
 //! epoch was unchanged. Consumers read below a leader's high watermark.
@@ -105,6 +111,29 @@ enum Role {
     },
 }
 
+/// A node's monotonic clock: `base` at simulated time `base_now`, then
+/// advancing `rate_permille` / 1000 as fast as simulated time.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    base_now: u64,
+    base: u64,
+    rate_permille: u64,
+}
+
+impl Clock {
+    fn read(&self, now: u64) -> u64 {
+        self.base + (now - self.base_now) * self.rate_permille / 1000
+    }
+
+    /// The same clock from `now` on at a new pace (never going back).
+    fn repaced(&self, now: u64, rate_permille: u64) -> Clock {
+        Clock { base_now: now, base: self.read(now), rate_permille }
+    }
+}
+
+/// Paces a clock may run at: stalled, slow, right, fast, very fast.
+const CLOCK_RATES: [u64; 5] = [0, 250, 1000, 2000, 4000];
+
 #[derive(Debug)]
 struct Replica {
     id: i32,
@@ -122,6 +151,10 @@ struct Replica {
     registered: bool,
     /// Offsets below this were checked against the committed history.
     verified: usize,
+    /// Writes and fsyncs fail while the disk is full.
+    disk_full: bool,
+    /// A write or fsync failed: the partition serves nothing until a restart.
+    fenced: bool,
 }
 
 impl Replica {
@@ -136,6 +169,20 @@ impl Replica {
         self.seen = None;
         self.pending.clear();
         self.registered = false;
+        self.fenced = false;
+    }
+
+    /// A write or fsync failed: as the broker's log does, stop everything.
+    fn fence(&mut self) {
+        self.fenced = true;
+        self.role = Role::Idle;
+        self.seen = None;
+        self.pending.clear();
+    }
+
+    /// Whether the partition works: the broker is up and the log not fenced.
+    fn serving(&self) -> bool {
+        self.alive && !self.fenced
     }
 }
 
@@ -148,7 +195,10 @@ struct Sim {
     network: Vec<InFlight>,
     /// Links cut in both directions.
     cut: BTreeSet<(i32, i32)>,
+    /// When the controller last heard from each broker, on its own clock.
     last_heartbeat: BTreeMap<i32, u64>,
+    /// Each node's clock (the controller's too).
+    clocks: BTreeMap<i32, Clock>,
     incarnations: u64,
     next_value: u64,
     /// Offset → the record every replica agrees on below its high watermark.
@@ -173,6 +223,7 @@ impl Sim {
             network: Vec::new(),
             cut: BTreeSet::new(),
             last_heartbeat: BTreeMap::new(),
+            clocks: BTreeMap::new(),
             incarnations: 0,
             next_value: 0,
             committed: Vec::new(),
@@ -184,6 +235,11 @@ impl Sim {
             storm: 0,
         };
         sim.storm = sim.rng.gen_range(0..=8);
+        for id in [CONTROLLER, 1, 2, 3] {
+            let base = sim.rng.gen_range(0..1_000_000);
+            let rate_permille = CLOCK_RATES[sim.rng.gen_range(1..CLOCK_RATES.len())];
+            sim.clocks.insert(id, Clock { base_now: sim.now, base, rate_permille });
+        }
         for id in BROKERS {
             sim.replicas.insert(
                 id,
@@ -199,17 +255,25 @@ impl Sim {
                     pending: Vec::new(),
                     registered: false,
                     verified: 0,
+                    disk_full: false,
+                    fenced: false,
                 },
             );
             sim.register(id);
             let epoch = sim.image.brokers[&id].epoch;
             let records = sim.image.unfence_broker(id, epoch).unwrap();
             sim.commit(records);
-            sim.last_heartbeat.insert(id, sim.now);
+            let heard = sim.clock(CONTROLLER);
+            sim.last_heartbeat.insert(id, heard);
         }
         let records = sim.image.create_topic(TOPIC, 1, 3, BTreeMap::new(), InitialIsr::AllReplicas).unwrap();
         sim.commit(records);
         sim
+    }
+
+    /// What node `id`'s clock reads now.
+    fn clock(&self, id: i32) -> u64 {
+        self.clocks[&id].read(self.now)
     }
 
     fn trace(&self, text: impl FnOnce() -> String) {
@@ -269,10 +333,12 @@ impl Sim {
             72..=79 => self.learn_metadata(),
             80..=86 => self.heartbeats(),
             87..=91 => self.leader_duties(),
-            92..=96 if self.faults && self.rng.gen_range(0..8) < self.storm => match choice {
+            92..=98 if self.faults && self.rng.gen_range(0..8) < self.storm => match choice {
                 92 | 93 => self.crash_or_restart(),
                 94 | 95 => self.cut_or_heal(),
-                _ => self.drop_message(),
+                96 => self.drop_message(),
+                97 => self.skew_clock(),
+                _ => self.fill_or_free_disk(),
             },
             _ => self.deliver(),
         }
@@ -292,7 +358,7 @@ impl Sim {
         if in_flight.to == CONTROLLER {
             return self.controller_receives(in_flight.from, in_flight.message);
         }
-        if !self.replicas[&in_flight.to].alive {
+        if !self.replicas[&in_flight.to].serving() {
             return;
         }
         self.replica_receives(in_flight.to, in_flight.from, in_flight.message);
@@ -324,7 +390,7 @@ impl Sim {
     }
 
     fn replica_receives(&mut self, to: i32, from: i32, message: Message) {
-        let now = self.now;
+        let now = self.clock(to);
         match message {
             Message::EpochQuery { leader_epoch, asked } => {
                 let replica = &self.replicas[&to];
@@ -370,7 +436,14 @@ impl Sim {
                 if (*leader, *epoch) != (from, leader_epoch) || offset != replica.log.len() as u64 {
                     return;
                 }
-                for record in records {
+                // A full disk takes a prefix of the write, then the log fences.
+                let stored = match replica.disk_full {
+                    true => self.rng.gen_range(0..=records.len()),
+                    false => records.len(),
+                };
+                let full = stored < records.len() || (replica.disk_full && !records.is_empty());
+                let replica = self.replicas.get_mut(&to).unwrap();
+                for record in records.into_iter().take(stored) {
                     let at = replica.log.len() as u64;
                     replica.epochs.assign(record.epoch, at).unwrap_or_else(|error| {
                         panic!("broker {to} appends a fetched record out of epoch order: {error}")
@@ -378,6 +451,10 @@ impl Sim {
                     replica.log.push(record);
                 }
                 replica.high_watermark = replica.high_watermark.max(high_watermark.min(replica.log.len() as u64));
+                if full {
+                    replica.fence();
+                    self.trace(|| format!("broker {to}: disk full after {stored} fetched record(s); fenced"));
+                }
             }
             Message::FetchDiverged { leader_epoch } => {
                 let replica = &self.replicas[&to];
@@ -421,7 +498,7 @@ impl Sim {
     fn fetch_from_leader(&mut self) {
         let id = BROKERS[self.rng.gen_range(0..BROKERS.len())];
         let replica = &self.replicas[&id];
-        if !replica.alive {
+        if !replica.serving() {
             return;
         }
         match replica.role {
@@ -441,7 +518,7 @@ impl Sim {
     fn produce(&mut self) {
         let leaders: Vec<i32> = BROKERS
             .into_iter()
-            .filter(|id| self.replicas[id].alive && matches!(self.replicas[id].role, Role::Leader(_)))
+            .filter(|id| self.replicas[id].serving() && matches!(self.replicas[id].role, Role::Leader(_)))
             .collect();
         if leaders.is_empty() {
             return;
@@ -450,6 +527,12 @@ impl Sim {
         self.next_value += 1;
         let value = self.next_value;
         let replica = self.replicas.get_mut(&id).unwrap();
+        if replica.disk_full {
+            // Refused: nothing stored, nothing acknowledged; the log fences.
+            replica.fence();
+            self.trace(|| format!("broker {id}: disk full on produce; fenced"));
+            return;
+        }
         let Role::Leader(leader) = &replica.role else { unreachable!() };
         let epoch = leader.leader_epoch();
         let offset = replica.log.len() as u64;
@@ -462,7 +545,10 @@ impl Sim {
     fn fsync(&mut self) {
         let id = BROKERS[self.rng.gen_range(0..BROKERS.len())];
         let replica = self.replicas.get_mut(&id).unwrap();
-        if replica.alive {
+        if replica.serving() && replica.disk_full && replica.durable < replica.log.len() {
+            replica.fence();
+            self.trace(|| format!("broker {id}: fsync failed on a full disk; fenced"));
+        } else if replica.serving() {
             replica.durable = replica.log.len();
             self.advance_high_watermark(id);
         }
@@ -494,16 +580,16 @@ impl Sim {
     /// state and takes up its role.
     fn learn_metadata(&mut self) {
         let id = BROKERS[self.rng.gen_range(0..BROKERS.len())];
-        if !self.replicas[&id].alive || !self.linked(id, CONTROLLER) || !self.replicas[&id].registered {
+        if !self.replicas[&id].serving() || !self.linked(id, CONTROLLER) || !self.replicas[&id].registered {
             return;
         }
         let state = self.state();
+        let now = self.clock(id);
         let replica = self.replicas.get_mut(&id).unwrap();
         if replica.seen.as_ref() == Some(&state) {
             return;
         }
         replica.seen = Some(state.clone());
-        let now = self.now;
         let log_end = replica.log.len() as u64;
         if state.leader == id {
             if let Role::Leader(leader) = &mut replica.role {
@@ -539,19 +625,20 @@ impl Sim {
     /// Brokers that reach the controller heartbeat (registering first after a
     /// start, unfenced once current); the silent are fenced after the session.
     fn heartbeats(&mut self) {
+        let now = self.clock(CONTROLLER);
         for id in BROKERS {
             let reachable = self.replicas[&id].alive && self.linked(id, CONTROLLER);
             if reachable {
                 if !self.replicas[&id].registered {
                     self.register(id);
                 }
-                self.last_heartbeat.insert(id, self.now);
+                self.last_heartbeat.insert(id, now);
                 let broker = &self.image.brokers[&id];
                 if broker.fenced {
                     let records = self.image.unfence_broker(id, broker.epoch).unwrap();
                     self.commit(records);
                 }
-            } else if self.now - self.last_heartbeat[&id] > SESSION_MS && !self.image.brokers[&id].fenced {
+            } else if now - self.last_heartbeat[&id] > SESSION_MS && !self.image.brokers[&id].fenced {
                 let epoch = self.image.brokers[&id].epoch;
                 let records = self.image.fence_broker(id, epoch).unwrap();
                 self.commit(records);
@@ -561,10 +648,10 @@ impl Sim {
 
     /// Leaders ask the controller for the ISR changes their followers call for.
     fn leader_duties(&mut self) {
-        let now = self.now;
         for id in BROKERS {
+            let now = self.clock(id);
             let replica = self.replicas.get_mut(&id).unwrap();
-            if !replica.alive {
+            if !replica.serving() {
                 continue;
             }
             let Role::Leader(leader) = &mut replica.role else { continue };
@@ -592,6 +679,25 @@ impl Sim {
             replica.alive = true;
             self.trace(|| format!("broker {id} restarts"));
         }
+    }
+
+    /// A node's clock changes pace: it stalls, slows down or races ahead.
+    fn skew_clock(&mut self) {
+        let id = [CONTROLLER, 1, 2, 3][self.rng.gen_range(0..4)];
+        let rate = CLOCK_RATES[self.rng.gen_range(0..CLOCK_RATES.len())];
+        let clock = self.clocks[&id].repaced(self.now, rate);
+        self.clocks.insert(id, clock);
+        self.trace(|| format!("node {id}'s clock now runs at {rate}/1000"));
+    }
+
+    /// A broker's disk fills up, or the operator frees space (a log fenced by
+    /// the full disk stays fenced until the broker restarts).
+    fn fill_or_free_disk(&mut self) {
+        let id = BROKERS[self.rng.gen_range(0..BROKERS.len())];
+        let replica = self.replicas.get_mut(&id).unwrap();
+        replica.disk_full = !replica.disk_full;
+        let full = replica.disk_full;
+        self.trace(|| format!("broker {id}'s disk is {}", if full { "full" } else { "freed" }));
     }
 
     /// Heals a cut link more often than it cuts one, so the cluster spends
@@ -665,6 +771,18 @@ impl Sim {
         self.faults = false;
         self.producing = false;
         self.cut.clear();
+        // Clocks keep their offsets but run at pace again; disks are freed and
+        // brokers whose log fenced are restarted (an operator's fix).
+        for id in [CONTROLLER, 1, 2, 3] {
+            let clock = self.clocks[&id].repaced(self.now, 1000);
+            self.clocks.insert(id, clock);
+        }
+        for replica in self.replicas.values_mut() {
+            replica.disk_full = false;
+            if replica.fenced {
+                replica.power_cut();
+            }
+        }
         // Sometimes a broker never comes back: the other two must carry on —
         // unless it is the last in-sync replica, whose partition then rightly
         // waits for it (no unclean election).
