@@ -32,6 +32,15 @@ struct PartitionMetadata {
   replicas @3 :List(Int32);
   isr @4 :List(Int32);
   error @5 :Error;           # e.g. StorageError for an offline partition
+  # While a reassignment runs: the replicas it moves the partition to (the
+  # replicas then list them first, then those being removed); empty otherwise.
+  targetReplicas @6 :List(Int32);
+}
+
+# One partition's new replicas, for `reassignPartitions`.
+struct PartitionAssignment {
+  partition @0 :UInt32;
+  replicas @1 :List(Int32);     # in preference order: the first is the preferred leader
 }
 
 struct TopicMetadata {
@@ -115,6 +124,12 @@ interface Admin {
   # Moves the leadership of every partition whose preferred replica (the first)
   # is active and in the ISR but does not lead back to it; answers how many moved.
   electPreferredLeaders @21 () -> (moved :UInt32, error :Error);
+  # Starts moving partitions of `topic` to new replicas (Kafka's partition
+  # reassignment): the new replicas copy the leader's log, join the ISR, and
+  # then the replicas not in the target are dropped (and leadership moves to
+  # the target if its leader is dropped). Answers once the change is in the
+  # cluster metadata; progress shows in each partition's `targetReplicas`.
+  reassignPartitions @22 (topic :Text, assignments :List(PartitionAssignment)) -> (error :Error);
 }
 
 struct ClusterDescription {

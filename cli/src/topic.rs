@@ -1,6 +1,8 @@
 //! `weir topic …`: create, list, describe, delete topics, alter their configs,
 //! and attach interceptor plugins.
 
+use std::time::Duration;
+
 use clap::Subcommand;
 use client::{Admin, NewTopic};
 use serde_json::json;
@@ -99,6 +101,32 @@ pub enum TopicCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Move partitions to other brokers (Kafka's partition reassignment).
+    ///
+    /// The new replicas copy the leader's log and join the in-sync replicas;
+    /// then the replicas not named are dropped (their data deleted), and
+    /// leadership moves to the first named replica if the leader was dropped.
+    /// Nothing acknowledged is lost: the move completes only once every new
+    /// replica is in sync. Waits, showing progress, until every partition has
+    /// moved; naming a partition's current replicas cancels a move.
+    Reassign {
+        name: String,
+        /// A partition to move (repeatable: each gets the same replicas).
+        #[arg(long = "partition", required = true)]
+        partitions: Vec<u32>,
+        /// The new replicas: broker ids, comma-separated, the first the
+        /// preferred leader (their count may differ from the current one).
+        #[arg(long, value_delimiter = ',', required = true)]
+        replicas: Vec<i32>,
+        /// Return once the move has started instead of waiting for it.
+        #[arg(long)]
+        no_wait: bool,
+        /// Stop waiting after this many seconds (the move goes on).
+        #[arg(long, default_value_t = 600)]
+        timeout_secs: u64,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Set topic configs (an empty value, KEY=, restores the broker default).
     AlterConfig {
         name: String,
@@ -128,6 +156,9 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             }
         }
         TopicCommand::Describe { name, client } => describe(&name, &client).await?,
+        TopicCommand::Reassign { name, partitions, replicas, no_wait, timeout_secs, client } => {
+            reassign(&name, &partitions, &replicas, no_wait, Duration::from_secs(timeout_secs), &client).await?
+        }
         TopicCommand::Delete { name, client } => {
             Admin::new(client.common())?.delete_topic(&name).await?;
             print(client.format, json!({"deleted": name}), || format!("deleted topic {name}"));
@@ -238,6 +269,7 @@ async fn describe(name: &str, client: &ClientArgs) -> anyhow::Result<()> {
                 "leader_epoch": partition.leader_epoch,
                 "replicas": partition.replicas,
                 "isr": partition.isr,
+                "target_replicas": partition.target_replicas,
                 "log_start_offset": log_start_offset,
                 "high_watermark": high_watermark,
                 "error": partition.error.as_ref().map(ToString::to_string),
@@ -259,7 +291,10 @@ async fn describe(name: &str, client: &ClientArgs) -> anyhow::Result<()> {
                 format!("{:?}", partition.isr),
                 start,
                 end,
-                partition.error.as_ref().map(|error| format!("  ({error})")).unwrap_or_default(),
+                match partition.target_replicas.is_empty() {
+                    true => partition.error.as_ref().map(|error| format!("  ({error})")).unwrap_or_default(),
+                    false => format!("  (moving to {:?})", partition.target_replicas),
+                },
             ));
         }
         text.push_str("configs:\n");
@@ -267,6 +302,74 @@ async fn describe(name: &str, client: &ClientArgs) -> anyhow::Result<()> {
             text.push_str(&format!("  {key}={value}\n"));
         }
         text.trim_end().to_owned()
+    });
+    Ok(())
+}
+
+/// `weir topic reassign`: starts the move, then (unless `no_wait`) polls the
+/// topic until no named partition has a reassignment running, printing each
+/// partition's progress to stderr as it changes.
+async fn reassign(
+    name: &str,
+    partitions: &[u32],
+    replicas: &[i32],
+    no_wait: bool,
+    timeout: Duration,
+    client: &ClientArgs,
+) -> anyhow::Result<()> {
+    let admin = Admin::new(client.common())?;
+    let assignments = partitions.iter().map(|partition| (*partition, replicas.to_vec())).collect();
+    admin.reassign_partitions(name, assignments).await?;
+    let deadline = std::time::Instant::now() + timeout;
+    let mut shown = std::collections::BTreeMap::new();
+    let moved = loop {
+        let description = admin.describe_topic(name).await?;
+        let named: Vec<_> = description
+            .partitions
+            .into_iter()
+            .filter(|partition| partitions.contains(&(partition.partition as u32)))
+            .collect();
+        let running: Vec<_> = named.iter().filter(|partition| !partition.target_replicas.is_empty()).collect();
+        for partition in &running {
+            let waiting: Vec<i32> =
+                partition.target_replicas.iter().copied().filter(|id| !partition.isr.contains(id)).collect();
+            let line = format!(
+                "partition {}: copying to {:?}, in sync {:?}, waiting for {waiting:?}",
+                partition.partition, partition.target_replicas, partition.isr
+            );
+            if shown.insert(partition.partition, line.clone()).as_ref() != Some(&line) {
+                eprintln!("{line}");
+            }
+        }
+        if no_wait || running.is_empty() {
+            break named;
+        }
+        if std::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "{} partition(s) still moving after {} s (the move goes on; see weir topic describe {name})",
+                running.len(),
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let json_partitions: Vec<_> = moved
+        .iter()
+        .map(|partition| {
+            json!({
+                "partition": partition.partition,
+                "replicas": partition.replicas,
+                "isr": partition.isr,
+                "leader": partition.leader,
+                "target_replicas": partition.target_replicas,
+            })
+        })
+        .collect();
+    let done = moved.iter().all(|partition| partition.target_replicas.is_empty());
+    print(client.format, json!({"reassigned": name, "done": done, "partitions": json_partitions}), || {
+        let verb = if done { "moved" } else { "moving" };
+        let list: Vec<String> = moved.iter().map(|partition| partition.partition.to_string()).collect();
+        format!("{verb} partition(s) {} of topic {name} to replicas {replicas:?}", list.join(", "))
     });
     Ok(())
 }

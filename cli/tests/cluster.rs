@@ -31,7 +31,10 @@ fn three_brokers_spread_a_topic_fail_over_and_bring_every_record_back() {
 
     let (ok, _, stderr) = weir(&cluster.address(2), &["topic", "create", "orders", "--partitions", "12"], None);
     assert!(ok, "{stderr}");
-    let description = json(&cluster.address(3), &["topic", "describe", "orders"]).unwrap();
+    // Broker 3 learns of the topic from the metadata log, a moment later.
+    let description = wait_for(&cluster, "the topic known to broker 3", || {
+        json(&cluster.address(3), &["topic", "describe", "orders"])
+    });
     let mut leaders: Vec<i64> =
         description["partitions"].as_array().unwrap().iter().map(|p| p["leader"].as_i64().unwrap()).collect();
     leaders.sort_unstable();
@@ -158,7 +161,9 @@ fn brokers_that_are_not_voters_join_lead_partitions_and_rejoin_after_a_kill() {
     // Created through a learner (forwarded to the active controller), led by all three.
     let (ok, _, stderr) = weir(&cluster.address(3), &["topic", "create", "spread", "--partitions", "6"], None);
     assert!(ok, "{stderr}");
-    let description = json(&cluster.address(2), &["topic", "describe", "spread"]).unwrap();
+    let description = wait_for(&cluster, "the topic known to broker 2", || {
+        json(&cluster.address(2), &["topic", "describe", "spread"])
+    });
     let leaders: std::collections::BTreeSet<i64> =
         description["partitions"].as_array().unwrap().iter().map(|p| p["leader"].as_i64().unwrap()).collect();
     assert_eq!(leaders, [1, 2, 3].into(), "{description}");
@@ -573,4 +578,58 @@ fn an_offline_partition_waits_for_its_isr_unless_unclean_elections_are_allowed()
         (isr.len() == 2 && same).then_some(())
     });
     assert_eq!(read(&cluster), ["before", "after"]);
+}
+
+#[test]
+fn a_reassignment_moves_a_partition_to_other_brokers_while_records_keep_coming() {
+    let cluster = Cluster::start_with_voters(4, 3);
+    wait_for(&cluster, "four active brokers", || {
+        let status = json(&cluster.address(1), &["cluster", "status"])?;
+        let active = status["brokers"].as_array()?.iter().filter(|broker| broker["state"] == "active").count();
+        (active == 4).then_some(())
+    });
+    let create = ["topic", "create", "moved", "--partitions", "1", "--replication-factor", "2"];
+    let (ok, _, stderr) = weir(&cluster.address(1), &create, None);
+    assert!(ok, "{stderr}");
+    let produce = |first: usize| {
+        let input: String = (first..first + 2000).map(|n| format!("value-{n}\n")).collect();
+        let (ok, stdout, stderr) = weir(&cluster.address(1), &["produce", "moved"], Some(&input));
+        assert!(ok && stdout.contains("2000 record(s) acknowledged"), "{stdout}{stderr}");
+    };
+    produce(0);
+    let description = json(&cluster.address(1), &["topic", "describe", "moved"]).unwrap();
+    let old: Vec<i64> =
+        description["partitions"][0]["replicas"].as_array().unwrap().iter().filter_map(Value::as_i64).collect();
+    let new: Vec<i64> = (1..=4).filter(|id| !old.contains(id)).collect();
+    let target = format!("{},{}", new[0], new[1]);
+
+    // Started without waiting; records keep coming while the new replicas copy.
+    let start = ["topic", "reassign", "moved", "--partition", "0", "--replicas", &target, "--no-wait"];
+    let (ok, stdout, stderr) = weir(&cluster.address(2), &start, None);
+    assert!(ok, "{stdout}{stderr}");
+    produce(2000);
+    // Waiting for it (the same target again does not start it over).
+    let wait = ["topic", "reassign", "moved", "--partition", "0", "--replicas", &target, "--format", "json"];
+    let (ok, stdout, stderr) = weir(&cluster.address(3), &wait, None);
+    assert!(ok, "{stdout}{stderr}");
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(answer["done"], true, "{answer}");
+    let moved = &answer["partitions"][0];
+    assert_eq!(moved["replicas"], serde_json::json!(new), "{answer}");
+    assert_eq!(moved["target_replicas"], serde_json::json!([]), "{answer}");
+    assert!(new.contains(&moved["leader"].as_i64().unwrap()), "{answer}");
+
+    // Every record, once, on the new replicas (byte for byte alike); the old
+    // replicas' data is gone.
+    produce(4000);
+    let mut read = consume_all(&cluster.address(4), "moved");
+    read.sort();
+    let mut expected: Vec<String> = (0..6000).map(|n| format!("value-{n}")).collect();
+    expected.sort();
+    assert_eq!(read, expected);
+    wait_for(&cluster, "the new replicas alike, the old ones deleted", || {
+        let copies: Vec<Vec<u8>> = new.iter().map(|id| replica_bytes(&cluster, *id as usize, "moved", 0)).collect();
+        let gone = old.iter().all(|id| !cluster.dir.path().join(format!("data-{id}")).join("moved-0").exists());
+        (!copies[0].is_empty() && copies[0] == copies[1] && gone).then_some(())
+    });
 }

@@ -193,10 +193,20 @@ fn jepsen_acknowledged_records_survive_kills_and_cut_links() {
                 eprintln!("jepsen: fault {cycle}: kill -9 broker {leader}, leader of {TOPIC}-{partition}");
                 cluster.kill(leader);
                 let via = alive(&cluster);
-                wait_for(&cluster, "a new leader", || {
-                    leader_and_isr(&cluster, via, TOPIC, partition)
-                        .filter(|(next, _)| *next > 0 && *next != leader as i64)
+                // A new leader — or none, when the ISR had shrunk to the killed
+                // leader alone (a cut just before can do that): then the
+                // partition rightly waits for it (no unclean election).
+                let failed_over = wait_for(&cluster, "a new leader, or a wait for the last in-sync replica", || {
+                    let (next, isr) = leader_and_isr(&cluster, via, TOPIC, partition)?;
+                    match next {
+                        next if next > 0 && next != leader as i64 => Some(true),
+                        -1 if isr == [leader as i64] => Some(false),
+                        _ => None,
+                    }
                 });
+                if !failed_over {
+                    eprintln!("jepsen: {TOPIC}-{partition} waits for broker {leader}, its last in-sync replica");
+                }
                 cluster.restart(leader);
             }
             1 => {
@@ -204,11 +214,14 @@ fn jepsen_acknowledged_records_survive_kills_and_cut_links() {
                 eprintln!("jepsen: fault {cycle}: kill -9 broker {broker}");
                 cluster.kill(broker);
                 let via = alive(&cluster);
+                // Out of every ISR, except where it was the last member (that
+                // partition waits for it, leaderless).
                 wait_for(&cluster, "the killed broker out of every ISR", || {
                     (0..PARTITIONS as usize)
                         .all(|partition| {
-                            leader_and_isr(&cluster, via, TOPIC, partition)
-                                .is_some_and(|(_, isr)| !isr.contains(&(broker as i64)))
+                            leader_and_isr(&cluster, via, TOPIC, partition).is_some_and(|(leader, isr)| {
+                                !isr.contains(&(broker as i64)) || (leader == -1 && isr == [broker as i64])
+                            })
                         })
                         .then_some(())
                 });

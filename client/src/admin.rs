@@ -244,7 +244,11 @@ impl Admin {
         });
         match tokio::time::timeout(self.request_timeout, work).await {
             Ok(outcome) => outcome,
-            Err(_) => Err(ClientError::Timeout { operation, timeout_ms: self.request_timeout.as_millis() as u64 }),
+            Err(_) => {
+                // The next admin call goes elsewhere first, on a fresh connection.
+                self.cluster.forget_unanswered(&connection).await;
+                Err(ClientError::Timeout { operation, timeout_ms: self.request_timeout.as_millis() as u64 })
+            }
         }
     }
 
@@ -381,6 +385,34 @@ impl Admin {
                 return Err(broker_error(response.get_error()?));
             }
             Ok(response.get_moved())
+        })
+        .await
+    }
+
+    /// Starts moving partitions of `topic` to new replicas — (partition, target
+    /// replicas, the first the preferred leader) — as Kafka's partition
+    /// reassignment does: the new replicas copy the leader's log and join the
+    /// ISR, then the others are dropped. Returns once the cluster metadata holds
+    /// the change; [`Admin::describe_topic`] shows the progress
+    /// (`target_replicas` empties when a partition is done).
+    pub async fn reassign_partitions(&self, topic: &str, assignments: Vec<(u32, Vec<i32>)>) -> Result<(), ClientError> {
+        let topic = topic.to_owned();
+        self.with_admin("reassign partitions", move |admin, address| async move {
+            let mut request = admin.reassign_partitions_request();
+            let mut params = request.get();
+            params.set_topic(&topic[..]);
+            let mut list = params.init_assignments(assignments.len() as u32);
+            for (index, (partition, replicas)) in assignments.iter().enumerate() {
+                let mut entry = list.reborrow().get(index as u32);
+                entry.set_partition(*partition);
+                let mut targets = entry.init_replicas(replicas.len() as u32);
+                for (slot, replica) in replicas.iter().enumerate() {
+                    targets.set(slot as u32, *replica);
+                }
+            }
+            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            let response = response.get()?;
+            refused_or_ok!(response)
         })
         .await
     }

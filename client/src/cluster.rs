@@ -27,6 +27,9 @@ use crate::error::{broker_error, ClientError};
 /// (`metadata.max.age.ms`, Kafka's default).
 pub const METADATA_MAX_AGE: Duration = Duration::from_secs(300);
 
+/// How long a broker that left a call unanswered is tried last.
+const UNANSWERED_BACKOFF: Duration = Duration::from_secs(60);
+
 /// One partition as the metadata describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionInfo {
@@ -36,6 +39,9 @@ pub struct PartitionInfo {
     pub leader_epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
+    /// While a reassignment runs, the replicas it moves the partition to
+    /// (`replicas` lists them first, then those being removed); else empty.
+    pub target_replicas: Vec<i32>,
     /// Set when the partition cannot serve (e.g. an offline log).
     pub error: Option<ClientError>,
 }
@@ -80,6 +86,9 @@ struct Cache {
     topics: HashMap<String, (Arc<TopicInfo>, Instant)>,
     /// Group id → address of the broker that coordinates it.
     coordinators: HashMap<String, String>,
+    /// Brokers that left a call unanswered or could not be reached, until
+    /// when: tried last for calls any broker can answer.
+    unanswered: HashMap<String, Instant>,
 }
 
 /// See the module docs.
@@ -143,16 +152,39 @@ impl Cluster {
     }
 
     /// Brokers to try for a call any of them can answer: known brokers first,
-    /// then the bootstrap list, each once.
+    /// then the bootstrap list, each once — and those that recently left a
+    /// call unanswered or could not be reached after all the others.
     fn candidates(&self) -> Vec<String> {
-        let mut candidates: Vec<String> = self.cache().brokers.values().map(BrokerInfo::address).collect();
+        let mut cache = self.cache();
+        let now = Instant::now();
+        cache.unanswered.retain(|_, until| *until > now);
+        let mut candidates: Vec<String> = cache.brokers.values().map(BrokerInfo::address).collect();
         candidates.sort();
         for address in &self.bootstrap {
             if !candidates.contains(address) {
                 candidates.push(address.clone());
             }
         }
+        // Stable: the order within each group is kept.
+        candidates.sort_by_key(|address| cache.unanswered.contains_key(address));
         candidates
+    }
+
+    /// Notes that `address` left a call unanswered or could not be reached:
+    /// calls any broker can answer try it last for a while.
+    pub fn note_unanswered(&self, address: &str) {
+        self.cache().unanswered.insert(address.to_owned(), Instant::now() + UNANSWERED_BACKOFF);
+    }
+
+    /// Forgets `connection` (if it is still the cached one for its address) after
+    /// it left a call unanswered: the next call connects afresh, as Kafka's
+    /// client closes a connection on a request timeout.
+    pub async fn forget_unanswered(&self, connection: &Connection) {
+        self.note_unanswered(connection.address());
+        let mut connections = self.connections.lock().await;
+        if connections.get(connection.address()).is_some_and(|cached| cached.same_as(connection)) {
+            connections.remove(connection.address());
+        }
     }
 
     /// A connection to any broker: known brokers first, then the bootstrap list.
@@ -183,45 +215,78 @@ impl Cluster {
         F: FnOnce(broker::Client) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, ClientError>> + 'static,
     {
-        match tokio::time::timeout(self.request_timeout, connection.call(call)).await {
+        self.bounded_call_within(operation, connection, self.request_timeout, call).await
+    }
+
+    async fn bounded_call_within<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        connection: &Connection,
+        timeout: Duration,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        T: Send + 'static,
+        F: FnOnce(broker::Client) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, ClientError>> + 'static,
+    {
+        match tokio::time::timeout(timeout, connection.call(call)).await {
             Ok(outcome) => outcome,
             Err(_) => {
                 tracing::debug!(address = connection.address(), operation, "no answer in time; reconnecting next time");
-                let mut connections = self.connections.lock().await;
-                if connections.get(connection.address()).is_some_and(|cached| cached.same_as(connection)) {
-                    connections.remove(connection.address());
-                }
-                Err(ClientError::Timeout { operation, timeout_ms: self.request_timeout.as_millis() as u64 })
+                self.forget_unanswered(connection).await;
+                Err(ClientError::Timeout { operation, timeout_ms: timeout.as_millis() as u64 })
             }
         }
     }
 
     /// Runs `call` (given the address it goes to) on the first broker that
     /// answers it, in [`Cluster::candidates`] order: a broker that cannot be
-    /// reached, drops the connection, or does not answer within the request
-    /// timeout is passed over for the next. A broker's refusal is returned as is.
+    /// reached, drops the connection, is overloaded, or does not answer in time
+    /// is passed over for the next (and tried last for a while). The whole walk
+    /// takes at most twice `request.timeout.ms` (each broker at most once that),
+    /// so one silent broker never costs a caller its answer. A broker's
+    /// refusal is returned as is.
     pub(crate) async fn call_any<T, F, Fut>(&self, operation: &'static str, call: F) -> Result<T, ClientError>
     where
         T: Send + 'static,
         F: FnOnce(broker::Client, String) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = Result<T, ClientError>> + 'static,
     {
+        let deadline = Instant::now() + 2 * self.request_timeout;
+        let timed_out = || ClientError::Timeout { operation, timeout_ms: 2 * self.request_timeout.as_millis() as u64 };
         let mut last_error = None;
         for address in self.candidates() {
-            let connection = match self.connection(&address).await {
-                Ok(connection) => connection,
-                Err(error) => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(last_error.unwrap_or_else(timed_out));
+            }
+            let connection = match tokio::time::timeout(left, self.connection(&address)).await {
+                Ok(Ok(connection)) => connection,
+                Ok(Err(error)) => {
+                    self.note_unanswered(&address);
                     last_error = Some(error);
                     continue;
                 }
+                Err(_) => {
+                    self.note_unanswered(&address);
+                    return Err(last_error.unwrap_or_else(timed_out));
+                }
             };
             let call = call.clone();
-            match self.bounded_call(operation, &connection, move |client| call(client, address)).await {
+            let left = deadline.saturating_duration_since(Instant::now()).min(self.request_timeout);
+            match self.bounded_call_within(operation, &connection, left, move |client| call(client, address)).await {
                 Err(
                     error @ (ClientError::Connect { .. }
                     | ClientError::Disconnected { .. }
-                    | ClientError::Timeout { .. }),
-                ) => last_error = Some(error),
+                    | ClientError::Timeout { .. }
+                    | ClientError::Broker { code: ErrorCode::ResourceExhausted, .. }),
+                ) => {
+                    if !matches!(error, ClientError::Timeout { .. }) {
+                        self.note_unanswered(connection.address());
+                    }
+                    last_error = Some(error);
+                }
                 outcome => return outcome,
             }
         }
@@ -408,6 +473,29 @@ pub(crate) fn read_partition_metadata(reader: partition_metadata::Reader<'_>) ->
         leader_epoch: reader.get_leader_epoch(),
         replicas: reader.get_replicas()?.iter().collect(),
         isr: reader.get_isr()?.iter().collect(),
+        target_replicas: reader.get_target_replicas()?.iter().collect(),
         error: if reader.has_error() { Some(broker_error(reader.get_error()?)) } else { None },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn brokers_that_left_a_call_unanswered_are_tried_last() {
+        let second = Duration::from_secs(1);
+        let cluster = Cluster::new("a:1,b:2,c:3", second, second).unwrap();
+        assert_eq!(cluster.candidates(), ["a:1", "b:2", "c:3"]);
+        cluster.note_unanswered("a:1");
+        assert_eq!(cluster.candidates(), ["b:2", "c:3", "a:1"]);
+        cluster.note_unanswered("c:3");
+        assert_eq!(cluster.candidates(), ["b:2", "a:1", "c:3"]);
+        // Known brokers come before the bootstrap list, the unanswered still last.
+        cluster.cache().brokers.insert(7, BrokerInfo { id: 7, host: "z".to_owned(), port: 9 });
+        assert_eq!(cluster.candidates(), ["z:9", "b:2", "a:1", "c:3"]);
+        // The note lapses.
+        cluster.cache().unanswered.insert("a:1".to_owned(), Instant::now());
+        assert_eq!(cluster.candidates(), ["z:9", "a:1", "b:2", "c:3"]);
+    }
 }

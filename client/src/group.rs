@@ -478,7 +478,11 @@ async fn heartbeat(cluster: &Cluster, beat: &Beat, timeout: Duration) -> Result<
 }
 
 async fn heartbeat_coordinator(cluster: &Cluster, beat: &Beat, timeout: Duration) -> Result<Answer, ClientError> {
-    let connection = cluster.coordinator(&beat.group_id).await?;
+    // Finding the coordinator counts against the heartbeat's time too.
+    let deadline = tokio::time::Instant::now() + timeout;
+    let timed_out = || ClientError::Timeout { operation: "group heartbeat", timeout_ms: timeout.as_millis() as u64 };
+    let connection =
+        tokio::time::timeout_at(deadline, cluster.coordinator(&beat.group_id)).await.map_err(|_| timed_out())??;
     let address = connection.address().to_owned();
     let beat = beat.clone();
     let call = connection.call(move |client: broker::Client| async move {
@@ -523,9 +527,9 @@ async fn heartbeat_coordinator(cluster: &Cluster, beat: &Beat, timeout: Duration
             assignment,
         })
     });
-    match tokio::time::timeout(timeout, call).await {
+    match tokio::time::timeout_at(deadline, call).await {
         Ok(outcome) => outcome,
-        Err(_) => Err(ClientError::Timeout { operation: "group heartbeat", timeout_ms: timeout.as_millis() as u64 }),
+        Err(_) => Err(timed_out()),
     }
 }
 

@@ -187,6 +187,70 @@ fn unclean_elections_happen_only_where_the_topic_allows_them() {
 }
 
 #[test]
+fn a_reassignment_copies_to_the_new_replicas_then_drops_the_old_ones() {
+    let mut cluster = Cluster::default();
+    for broker_id in 1..=4 {
+        cluster.register(broker_id, "first", None);
+    }
+    cluster.commit(cluster.image.create_topic("moving", 1, 2, BTreeMap::new(), InitialIsr::AllReplicas).unwrap());
+    let before = cluster.state("moving", 0).clone();
+    let old = before.replicas.clone();
+    let new: Vec<i32> = (1..=4).filter(|broker| !old.contains(broker)).collect();
+
+    // Started: the new replicas are added (first, in the target's order); the
+    // leader and ISR stay.
+    cluster.commit(cluster.image.reassign_partitions("moving", &[(0, new.clone())]).unwrap());
+    let moving = cluster.state("moving", 0).clone();
+    assert_eq!(moving.replicas, [new.clone(), old.clone()].concat());
+    assert_eq!((moving.leader, moving.isr.clone()), (before.leader, before.isr.clone()));
+    assert_eq!(moving.target_replicas.as_ref(), Some(&new));
+    assert_eq!(moving.partition_epoch, before.partition_epoch + 1);
+
+    // One new replica in sync: not done.
+    let alter = |cluster: &Cluster, isr: &[i32]| {
+        let state = cluster.state("moving", 0);
+        let epochs = (state.leader_epoch, state.partition_epoch);
+        cluster.image.alter_partition("moving", 0, state.leader, epochs, isr).unwrap()
+    };
+    let mut isr = [before.isr.clone(), vec![new[0]]].concat();
+    cluster.commit(alter(&cluster, &isr));
+    assert!(cluster.state("moving", 0).target_replicas.is_some());
+    // Both: done. The old leader is not in the target, so the first new
+    // replica leads, in a new leader epoch.
+    isr.push(new[1]);
+    cluster.commit(alter(&cluster, &isr));
+    let done = cluster.state("moving", 0).clone();
+    assert_eq!(
+        (done.replicas.clone(), done.isr.clone(), done.target_replicas.clone()),
+        (new.clone(), new.clone(), None)
+    );
+    assert_eq!((done.leader, done.leader_epoch), (new[0], before.leader_epoch + 1));
+
+    // A target already in the ISR (a smaller one, another order) is done at once.
+    cluster.commit(cluster.image.reassign_partitions("moving", &[(0, vec![new[1]])]).unwrap());
+    let shrunk = cluster.state("moving", 0);
+    assert_eq!((shrunk.replicas.clone(), shrunk.isr.clone(), shrunk.leader), (vec![new[1]], vec![new[1]], new[1]));
+    // The same target again writes nothing.
+    assert_eq!(cluster.image.reassign_partitions("moving", &[(0, vec![new[1]])]).unwrap(), Vec::new());
+
+    // Refused, changing nothing.
+    for (assignments, why) in [
+        (vec![(0, vec![])], "no replicas"),
+        (vec![(0, vec![1, 1])], "a duplicate"),
+        (vec![(0, vec![1, 9])], "an unknown broker"),
+        (vec![(3, vec![1])], "no such partition"),
+        (vec![(0, vec![1]), (0, vec![2])], "a partition twice"),
+    ] {
+        let refused = cluster.image.reassign_partitions("moving", &assignments);
+        assert!(matches!(refused, Err(ControllerError::InvalidReplicaAssignment(_))), "{why}: {refused:?}");
+    }
+    assert_eq!(
+        cluster.image.reassign_partitions("nothing", &[(0, vec![1])]),
+        Err(ControllerError::UnknownTopic("nothing".to_owned()))
+    );
+}
+
+#[test]
 fn a_preferred_leader_back_in_the_isr_is_elected_again_and_the_answer_counts_the_moves() {
     let mut cluster = Cluster::default();
     for broker_id in 1..=3 {
@@ -295,7 +359,7 @@ fn records_that_do_not_fit_change_nothing() {
 fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
     let broker_ids: Vec<i32> = cluster.image.brokers.keys().copied().collect();
     let topics: Vec<String> = cluster.image.topics.keys().cloned().collect();
-    let records = match rng.gen_range(0..13) {
+    let records = match rng.gen_range(0..14) {
         0 => {
             *incarnations += 1;
             let registration = BrokerRegistration {
@@ -355,6 +419,7 @@ fn step(cluster: &mut Cluster, rng: &mut StdRng, incarnations: &mut u32) {
         8 => plugin_step(cluster, rng, &topics),
         9 => transform_step(cluster, rng, &topics),
         10 => isr_step(cluster, rng),
+        11 => reassign_step(cluster, rng),
         _ => cluster.image.elect_preferred_leaders(),
     };
     cluster.commit(records);
@@ -424,6 +489,33 @@ fn isr_step(cluster: &Cluster, rng: &mut StdRng) -> Vec<MetadataRecord> {
         Err(
             ControllerError::StaleLeader(_) | ControllerError::StalePartitionEpoch(_) | ControllerError::InvalidIsr(_),
         ) => Vec::new(),
+        Err(error) => panic!("{error}"),
+    }
+}
+
+/// A random reassignment: a target of registered brokers (sometimes an
+/// unknown one, a duplicate, or none), for one or two partitions of a topic.
+fn reassign_step(cluster: &Cluster, rng: &mut StdRng) -> Vec<MetadataRecord> {
+    let topics: Vec<String> = cluster.image.topics.keys().cloned().collect();
+    if topics.is_empty() {
+        return Vec::new();
+    }
+    let topic = &topics[rng.gen_range(0..topics.len())];
+    let partitions = cluster.image.topics[topic].partitions.len() as u32;
+    let brokers: Vec<i32> = cluster.image.brokers.keys().copied().collect();
+    let mut assignments = Vec::new();
+    for _ in 0..rng.gen_range(1..=2) {
+        let mut target: Vec<i32> = brokers.iter().copied().filter(|_| rng.gen_bool(0.5)).collect();
+        match rng.gen_range(0..20) {
+            0 => target.push(99),
+            1 if !target.is_empty() => target.push(target[0]),
+            _ => {}
+        }
+        assignments.push((rng.gen_range(0..partitions + 1), target));
+    }
+    match cluster.image.reassign_partitions(topic, &assignments) {
+        Ok(records) => records,
+        Err(ControllerError::InvalidReplicaAssignment(_)) => Vec::new(),
         Err(error) => panic!("{error}"),
     }
 }

@@ -165,6 +165,12 @@ fn set_partitions(mut list: capnp::struct_list::Builder<'_, partition_metadata::
         for (slot, replica) in info.isr.iter().enumerate() {
             isr.set(slot as u32, *replica);
         }
+        if let Some(target) = &info.target_replicas {
+            let mut list = builder.reborrow().init_target_replicas(target.len() as u32);
+            for (slot, replica) in target.iter().enumerate() {
+                list.set(slot as u32, *replica);
+            }
+        }
         if let Some(api_error) = &info.error {
             set_error(builder.init_error(), api_error);
         }
@@ -989,6 +995,25 @@ impl admin::Server for AdminService {
         match self.node.elect_preferred_leaders().await {
             Ok(moved) => results.get().set_moved(moved),
             Err(api_error) => set_error(results.get().init_error(), &api_error),
+        }
+        Ok(())
+    }
+
+    async fn reassign_partitions(
+        self: Rc<Self>,
+        params: admin::ReassignPartitionsParams,
+        mut results: admin::ReassignPartitionsResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let params = params.get()?;
+        let topic = text(params.get_topic()?)?;
+        let assignments = params
+            .get_assignments()?
+            .iter()
+            .map(|entry| Ok((entry.get_partition(), entry.get_replicas()?.iter().collect())))
+            .collect::<Result<Vec<_>, capnp::Error>>()?;
+        if let Err(api_error) = self.node.reassign_partitions(&topic, assignments).await {
+            set_error(results.get().init_error(), &api_error);
         }
         Ok(())
     }

@@ -93,6 +93,10 @@ pub enum ControllerError {
     /// A malformed deployment, or a name deployed already.
     #[error("{0}")]
     InvalidTransform(String),
+    /// A reassignment target that is not a non-empty list of distinct,
+    /// registered brokers, or names a partition the topic does not have.
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
 }
 
 /// Which replicas start in the ISR of a new partition.
@@ -177,7 +181,11 @@ impl ClusterImage {
             let isr = match state.isr.contains(&broker_id) {
                 true => state.isr.clone(),
                 // Unclean: no in-sync replica is active (else it would lead).
-                false if state.replicas.contains(&broker_id) && self.unclean_election_enabled(topic) => {
+                false
+                    if state.replicas.contains(&broker_id)
+                        && self.unclean_election_enabled(topic)
+                        && !state.isr.iter().any(|member| self.is_active(*member)) =>
+                {
                     vec![broker_id]
                 }
                 false => continue,
@@ -257,7 +265,7 @@ impl ClusterImage {
                     InitialIsr::AllReplicas => replicas.clone(),
                     InitialIsr::LeaderOnly => vec![leader],
                 };
-                PartitionState { isr, replicas, leader, leader_epoch: 0, partition_epoch: 0 }
+                PartitionState { isr, replicas, leader, leader_epoch: 0, partition_epoch: 0, target_replicas: None }
             })
             .collect();
         Ok(vec![MetadataRecord::CreateTopic { name: name.to_owned(), partitions, configs }])
@@ -290,6 +298,7 @@ impl ClusterImage {
             leader,
             leader_epoch: 0,
             partition_epoch: 0,
+            target_replicas: None,
         };
         let partitions = vec![state; partition_count as usize];
         Ok(vec![MetadataRecord::CreateTopic { name: name.to_owned(), partitions, configs }])
@@ -445,7 +454,105 @@ impl ClusterImage {
         }
         let next = changed(state, leader, isr.to_vec())
             .unwrap_or_else(|| PartitionState { partition_epoch: state.partition_epoch + 1, ..state.clone() });
-        Ok(vec![partition_change(topic, partition, next)])
+        let finished = self.finish_reassignment(&next);
+        let mut records = vec![partition_change(topic, partition, next)];
+        records.extend(finished.map(|done| partition_change(topic, partition, done)));
+        Ok(records)
+    }
+
+    /// Starts moving partitions of `topic` to new replicas (`weir topic
+    /// reassign`): `assignments` holds (partition, target replicas). The
+    /// partition keeps its leader and ISR and gains the target replicas it
+    /// lacks, which start copying the leader's log; once every target replica
+    /// is in the ISR, the reassignment completes ([`ClusterImage::finish_reassignment`],
+    /// from the leader's AlterPartition that brings the last one in).
+    /// A target that is in the ISR already (fewer replicas, another order)
+    /// completes at once. A new target replaces one still running; the
+    /// original replicas as a target cancel it.
+    pub fn reassign_partitions(
+        &self,
+        topic: &str,
+        assignments: &[(u32, Vec<BrokerId>)],
+    ) -> Result<Vec<MetadataRecord>, ControllerError> {
+        let image = self.topics.get(topic).ok_or_else(|| ControllerError::UnknownTopic(topic.to_owned()))?;
+        let invalid = ControllerError::InvalidReplicaAssignment;
+        let mut records = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (partition, target) in assignments {
+            let state = image.partitions.get(*partition as usize).ok_or_else(|| {
+                invalid(format!("{topic} has no partition {partition} (it has {})", image.partitions.len()))
+            })?;
+            if !seen.insert(*partition) {
+                return Err(invalid(format!("partition {partition} is named more than once")));
+            }
+            let distinct: BTreeSet<BrokerId> = target.iter().copied().collect();
+            if target.is_empty() || distinct.len() != target.len() {
+                return Err(invalid(format!(
+                    "replicas {target:?} of partition {partition} must be distinct, at least one"
+                )));
+            }
+            if let Some(unknown) = target.iter().find(|broker| !self.brokers.contains_key(broker)) {
+                return Err(invalid(format!("broker {unknown} is not registered")));
+            }
+            if *target == state.replicas {
+                // The replicas it has: nothing to move (a running reassignment
+                // to elsewhere is cancelled).
+                if state.target_replicas.is_some() {
+                    let next = PartitionState {
+                        partition_epoch: state.partition_epoch + 1,
+                        target_replicas: None,
+                        ..state.clone()
+                    };
+                    records.push(partition_change(topic, *partition, next));
+                }
+                continue;
+            }
+            if state.target_replicas.as_ref() == Some(target) {
+                continue; // this move is running already
+            }
+            let mut replicas = target.clone();
+            replicas.extend(state.replicas.iter().copied().filter(|replica| !target.contains(replica)));
+            let next = PartitionState {
+                replicas,
+                partition_epoch: state.partition_epoch + 1,
+                target_replicas: Some(target.clone()),
+                ..state.clone()
+            };
+            // Done at once when the target is in the ISR already (a second
+            // record: a leader comes from the ISR the image holds).
+            let finished = self.finish_reassignment(&next);
+            records.push(partition_change(topic, *partition, next));
+            records.extend(finished.map(|done| partition_change(topic, *partition, done)));
+        }
+        Ok(records)
+    }
+
+    /// The state after `state` that completes its reassignment, when every
+    /// target replica is in its ISR and one of them can lead: the replicas
+    /// become the target, the ISR keeps only target replicas, and a leader
+    /// being removed hands over to the first active in-sync target replica (a
+    /// new leader epoch). `None` while the reassignment cannot complete.
+    pub fn finish_reassignment(&self, state: &PartitionState) -> Option<PartitionState> {
+        let target = state.target_replicas.as_ref()?;
+        if !target.iter().all(|replica| state.isr.contains(replica)) {
+            return None;
+        }
+        let isr: Vec<BrokerId> = state.isr.iter().copied().filter(|member| target.contains(member)).collect();
+        let leader = match target.contains(&state.leader) {
+            true => state.leader,
+            false => first_active(self, target, &isr, None),
+        };
+        if leader == NO_LEADER && state.leader != NO_LEADER {
+            return None; // no target replica can lead yet: keep the current leader
+        }
+        Some(PartitionState {
+            replicas: target.clone(),
+            isr,
+            leader,
+            leader_epoch: state.leader_epoch + i32::from(leader != state.leader),
+            partition_epoch: state.partition_epoch + 1,
+            target_replicas: None,
+        })
     }
 
     /// Deploys transform `entry`: its topics exist, its plugin is a transform,
@@ -529,8 +636,12 @@ impl ClusterImage {
             .collect();
         // Allowing unclean elections brings offline partitions back at once, as
         // Kafka's controller does, when an out-of-sync replica is active.
-        let enables_unclean =
-            changes.iter().any(|(key, value)| key == UNCLEAN_LEADER_ELECTION && value.as_deref().is_some_and(is_true));
+        // The last change of the key is the one that stays.
+        let enables_unclean = changes
+            .iter()
+            .rev()
+            .find(|(key, _)| key == UNCLEAN_LEADER_ELECTION)
+            .is_some_and(|(_, value)| value.as_deref().is_some_and(is_true));
         if enables_unclean && !self.unclean_election_enabled(topic) {
             for (name, partition, state) in self.partitions() {
                 if name != topic || state.leader != NO_LEADER {
@@ -663,6 +774,7 @@ fn changed(state: &PartitionState, leader: BrokerId, isr: Vec<BrokerId>) -> Opti
         leader,
         leader_epoch: state.leader_epoch + i32::from(leader != state.leader),
         partition_epoch: state.partition_epoch + 1,
+        target_replicas: state.target_replicas.clone(),
     })
 }
 

@@ -431,6 +431,18 @@ impl ClusterImage {
     /// Invariant 1 for one partition state, plus: a new leader must be active.
     fn check_partition_state(&self, state: &PartitionState) -> Result<(), String> {
         check_replica_sets(state)?;
+        if let Some(target) = &state.target_replicas {
+            let distinct: BTreeSet<BrokerId> = target.iter().copied().collect();
+            if target.is_empty()
+                || distinct.len() != target.len()
+                || target[..] != state.replicas[..target.len().min(state.replicas.len())]
+            {
+                return Err(format!(
+                    "target replicas {target:?} must be distinct and lead the replicas {:?}",
+                    state.replicas
+                ));
+            }
+        }
         if let Some(unknown) = state.replicas.iter().find(|broker| !self.brokers.contains_key(broker)) {
             return Err(format!("replica {unknown} is not a registered broker"));
         }

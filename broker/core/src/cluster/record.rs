@@ -50,6 +50,12 @@ pub struct PartitionState {
     pub leader_epoch: i32,
     /// Bumped by every change of this partition (leader, ISR or replicas).
     pub partition_epoch: i32,
+    /// While a reassignment (`weir topic reassign`) runs: the replicas it moves
+    /// the partition to. `replicas` then lists them first, followed by the
+    /// replicas being removed; once every target replica is in the ISR the
+    /// controller makes `replicas` the target and clears this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_replicas: Option<Vec<BrokerId>>,
 }
 
 /// A plugin stored in the registry (its bytes are stored by digest).

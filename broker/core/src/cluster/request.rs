@@ -84,6 +84,11 @@ pub enum ControllerRequest {
         isr: Vec<BrokerId>,
     },
     DeployTransform(TransformEntry),
+    /// Moves partitions of `topic` to new replicas: (partition, target).
+    ReassignPartitions {
+        topic: String,
+        assignments: Vec<(u32, Vec<BrokerId>)>,
+    },
     /// `pause`, `resume`, `replay` (from `offset`) or `delete`.
     ControlTransform {
         name: String,
@@ -150,6 +155,9 @@ impl ControllerRequest {
             }
             ControllerRequest::DeleteTopic { name } => (image.delete_topic(name)?, none),
             ControllerRequest::AlterConfigs { topic, changes } => (image.alter_configs(topic, changes)?, none),
+            ControllerRequest::ReassignPartitions { topic, assignments } => {
+                (image.reassign_partitions(topic, assignments)?, none)
+            }
             ControllerRequest::AllocateProducerIds { broker_id, count } => {
                 let first = image.next_producer_id;
                 (

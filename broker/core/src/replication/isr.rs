@@ -288,7 +288,14 @@ mod tests {
     use super::*;
 
     fn state(isr: &[BrokerId]) -> PartitionState {
-        PartitionState { replicas: vec![1, 2, 3], isr: isr.to_vec(), leader: 1, leader_epoch: 4, partition_epoch: 7 }
+        PartitionState {
+            replicas: vec![1, 2, 3],
+            isr: isr.to_vec(),
+            leader: 1,
+            leader_epoch: 4,
+            partition_epoch: 7,
+            target_replicas: None,
+        }
     }
 
     fn leader_at(log_end_offset: u64) -> ReplicaOffsets {

@@ -248,6 +248,13 @@ impl Node {
         Ok(response.value.unwrap_or(0).max(0) as u32)
     }
 
+    /// Starts moving partitions of `topic` to new replicas: (partition,
+    /// target replicas); answers once this broker's image holds the change.
+    pub async fn reassign_partitions(&self, topic: &str, assignments: Vec<(u32, Vec<i32>)>) -> Result<(), ApiError> {
+        let request = ControllerRequest::ReassignPartitions { topic: topic.to_owned(), assignments };
+        self.request(&request).await.map(|_| ())
+    }
+
     /// The cluster as this broker sees it.
     pub fn cluster_status(&self) -> ClusterStatus {
         let reported = self.controller.reported_offsets();

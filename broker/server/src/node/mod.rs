@@ -111,13 +111,14 @@ pub enum NodeError {
     Storage(String),
 }
 
-/// One partition slot of a topic, as this broker holds it.
-#[derive(Debug)]
+/// One partition slot of a topic, as this broker holds it (a clone shares the
+/// partition and its producer table).
+#[derive(Clone, Debug)]
 enum Slot {
     /// A replica here, with its log.
     /// Whether this broker leads it, and in which leader epoch, is the
     /// partition's role (`Partition::take_role`, from the cluster metadata).
-    Online { partition: Partition, producers: Mutex<ProducerStates> },
+    Online { partition: Partition, producers: Arc<Mutex<ProducerStates>> },
     /// A replica here whose log could not be opened (recovery found corruption,
     /// or its directory belongs to no topic).
     Offline { reason: String },
@@ -521,7 +522,8 @@ fn controller_error(error: SubmitError<ControllerError>) -> ApiError {
                 | ControllerError::InvalidPluginEntry(_)
                 | ControllerError::InvalidTransform(_)
                 | ControllerError::TopicInUse(_)
-                | ControllerError::InvalidIsr(_) => ErrorCode::InvalidRequest,
+                | ControllerError::InvalidIsr(_)
+                | ControllerError::InvalidReplicaAssignment(_) => ErrorCode::InvalidRequest,
                 ControllerError::StaleLeader(_) | ControllerError::StalePartitionEpoch(_) => {
                     ErrorCode::NotLeaderOrFollower
                 }

@@ -183,7 +183,13 @@ impl Node {
         let offline: HashMap<String, String> = log_dir.offline().into_iter().collect();
         for (name, image) in &wanted {
             match current.get(name).filter(|topic| topic.topic_id == image.topic_id) {
-                Some(topic) => note(name, self.update_topic(name, topic, image)),
+                Some(topic) => {
+                    let topic = match self.moves_replicas(topic, image) {
+                        true => self.move_replicas(log_dir, &offline, &cluster_id, name, topic, image),
+                        false => topic.clone(),
+                    };
+                    note(name, self.update_topic(name, &topic, image))
+                }
                 None => match self.open_topic(log_dir, &offline, &cluster_id, name, image) {
                     Ok(topic) => {
                         self.topics_mut().insert(name.clone(), Arc::new(topic));
@@ -211,6 +217,66 @@ impl Node {
         }
         tracing::info!(topic = %name, topic_id = topic.topic_id, "topic deleted");
         Ok(())
+    }
+
+    /// Whether a reassignment added this broker to a partition of `topic` it
+    /// holds no replica of, or removed it from one it does.
+    fn moves_replicas(&self, topic: &Topic, image: &TopicImage) -> bool {
+        topic
+            .slots
+            .iter()
+            .zip(&image.partitions)
+            .any(|(slot, state)| matches!(slot, Slot::Remote) == state.replicas.contains(&self.broker.id))
+    }
+
+    /// Follows a reassignment: opens (empty, to be filled by replication) the
+    /// replicas this broker was given and deletes those it no longer holds;
+    /// the topic is replaced by one with the new slots (the others shared).
+    fn move_replicas(
+        &self,
+        log_dir: &LogDir,
+        offline: &HashMap<String, String>,
+        cluster_id: &str,
+        name: &str,
+        topic: &Topic,
+        image: &TopicImage,
+    ) -> Arc<Topic> {
+        let log_config = lock(&topic.configs).clone().into_iter().collect::<Vec<_>>();
+        let log_config = self.topic_log_config(&log_config).unwrap_or_else(|_| self.log_defaults.clone());
+        let mut slots = Vec::with_capacity(topic.slots.len());
+        let mut removed = Vec::new();
+        for (index, (slot, state)) in topic.slots.iter().zip(&image.partitions).enumerate() {
+            let wanted = state.replicas.contains(&self.broker.id);
+            slots.push(match (slot, wanted) {
+                (Slot::Remote, true) => {
+                    let metadata = PartitionMetadata {
+                        version: PARTITION_METADATA_VERSION,
+                        cluster_id: cluster_id.to_owned(),
+                        topic_id: image.topic_id,
+                        topic: name.to_owned(),
+                        partition: index as u32,
+                    };
+                    tracing::info!(topic = %name, partition = index, "a reassignment adds a replica here");
+                    self.open_slot(log_dir, offline, &metadata, &log_config)
+                }
+                (Slot::Online { .. } | Slot::Offline { .. }, false) => {
+                    removed.push(index);
+                    Slot::Remote
+                }
+                (slot, _) => slot.clone(),
+            });
+        }
+        let moved =
+            Arc::new(Topic { topic_id: topic.topic_id, configs: Mutex::new(lock(&topic.configs).clone()), slots });
+        self.topics_mut().insert(name.to_owned(), moved.clone());
+        for index in removed {
+            let partition = format!("{name}-{index}");
+            match log_dir.delete_partition(&partition) {
+                Ok(()) => tracing::info!(%partition, "a reassignment moved this replica away; deleted"),
+                Err(error) => tracing::error!(%partition, %error, "a replica moved away could not be deleted"),
+            }
+        }
+        moved
     }
 
     fn update_topic(&self, name: &str, topic: &Topic, image: &TopicImage) -> Result<(), ApiError> {
@@ -309,7 +375,7 @@ impl Node {
             }),
         };
         match opened.and_then(|partition| Ok((rebuild_producer_states(&partition)?, partition))) {
-            Ok((producers, partition)) => Slot::Online { partition, producers: Mutex::new(producers) },
+            Ok((producers, partition)) => Slot::Online { partition, producers: Arc::new(Mutex::new(producers)) },
             Err(error) => {
                 tracing::error!(partition = %name, %error, "partition offline");
                 Slot::Offline { reason: format!("partition {name} is offline: {error}") }

@@ -86,6 +86,8 @@ pub struct PartitionInfo {
     pub leader_epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
+    /// While a reassignment runs, the replicas it moves the partition to.
+    pub target_replicas: Option<Vec<i32>>,
     pub error: Option<ApiError>,
 }
 

@@ -179,6 +179,7 @@ impl Node {
                 leader_epoch: state.leader_epoch,
                 replicas: state.replicas.clone(),
                 isr: state.isr.clone(),
+                target_replicas: state.target_replicas.clone(),
                 error: match local.and_then(|topic| topic.slots.get(index)) {
                     Some(Slot::Offline { reason }) => Some(ApiError::new(ErrorCode::StorageError, reason.clone())),
                     _ => None,
