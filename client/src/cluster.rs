@@ -99,7 +99,9 @@ pub struct Cluster {
     /// Bound on each metadata and coordinator call (`request.timeout.ms`).
     request_timeout: Duration,
     cache: Mutex<Cache>,
-    connections: tokio::sync::Mutex<HashMap<String, Connection>>,
+    /// One slot per address, each locked on its own while it connects, so a
+    /// broker slow to accept holds up only the calls that go to it.
+    connections: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Connection>>>>>,
 }
 
 impl Cluster {
@@ -132,7 +134,7 @@ impl Cluster {
             connect_timeout,
             request_timeout,
             cache: Mutex::new(Cache::default()),
-            connections: tokio::sync::Mutex::new(HashMap::new()),
+            connections: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -142,13 +144,19 @@ impl Cluster {
 
     /// A live connection to `address`, made on first use and after a break.
     pub async fn connection(&self, address: &str) -> Result<Connection, ClientError> {
-        let mut connections = self.connections.lock().await;
-        if let Some(connection) = connections.get(address).filter(|connection| !connection.is_broken()) {
+        let slot = self.connection_slot(address);
+        let mut slot = slot.lock().await;
+        if let Some(connection) = slot.as_ref().filter(|connection| !connection.is_broken()) {
             return Ok(connection.clone());
         }
         let connection = Connection::connect(address, self.connect_timeout).await?;
-        connections.insert(address.to_owned(), connection.clone());
+        *slot = Some(connection.clone());
         Ok(connection)
+    }
+
+    fn connection_slot(&self, address: &str) -> Arc<tokio::sync::Mutex<Option<Connection>>> {
+        let mut connections = self.connections.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        connections.entry(address.to_owned()).or_default().clone()
     }
 
     /// Brokers to try for a call any of them can answer: known brokers first,
@@ -181,9 +189,10 @@ impl Cluster {
     /// client closes a connection on a request timeout.
     pub async fn forget_unanswered(&self, connection: &Connection) {
         self.note_unanswered(connection.address());
-        let mut connections = self.connections.lock().await;
-        if connections.get(connection.address()).is_some_and(|cached| cached.same_as(connection)) {
-            connections.remove(connection.address());
+        let slot = self.connection_slot(connection.address());
+        let mut slot = slot.lock().await;
+        if slot.as_ref().is_some_and(|cached| cached.same_as(connection)) {
+            *slot = None;
         }
     }
 
