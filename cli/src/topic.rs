@@ -323,14 +323,30 @@ async fn reassign(
     let deadline = std::time::Instant::now() + timeout;
     let mut shown = std::collections::BTreeMap::new();
     let moved = loop {
-        let description = admin.describe_topic(name).await?;
+        // The broker answering may not have applied the move yet: a partition
+        // has moved once its replicas are the ones asked for.
+        let described = match admin.describe_topic(name).await {
+            Ok(description) => Some(description),
+            Err(error) if error.is_retriable() && std::time::Instant::now() < deadline => {
+                eprintln!("describe {name}: {error}; asking again");
+                None
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let Some(description) = described else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
         let named: Vec<_> = description
             .partitions
             .into_iter()
             .filter(|partition| partitions.contains(&(partition.partition as u32)))
             .collect();
-        let running: Vec<_> = named.iter().filter(|partition| !partition.target_replicas.is_empty()).collect();
-        for partition in &running {
+        let running: Vec<_> = named
+            .iter()
+            .filter(|partition| !partition.target_replicas.is_empty() || partition.replicas != replicas)
+            .collect();
+        for partition in running.iter().filter(|partition| !partition.target_replicas.is_empty()) {
             let waiting: Vec<i32> =
                 partition.target_replicas.iter().copied().filter(|id| !partition.isr.contains(id)).collect();
             let line = format!(
@@ -365,7 +381,7 @@ async fn reassign(
             })
         })
         .collect();
-    let done = moved.iter().all(|partition| partition.target_replicas.is_empty());
+    let done = moved.iter().all(|partition| partition.target_replicas.is_empty() && partition.replicas == replicas);
     print(client.format, json!({"reassigned": name, "done": done, "partitions": json_partitions}), || {
         let verb = if done { "moved" } else { "moving" };
         let list: Vec<String> = moved.iter().map(|partition| partition.partition.to_string()).collect();

@@ -582,7 +582,7 @@ fn an_offline_partition_waits_for_its_isr_unless_unclean_elections_are_allowed()
 
 #[test]
 fn a_reassignment_moves_a_partition_to_other_brokers_while_records_keep_coming() {
-    let cluster = Cluster::start_with_voters(4, 3);
+    let mut cluster = Cluster::start_with_voters(4, 3);
     wait_for(&cluster, "four active brokers", || {
         let status = json(&cluster.address(1), &["cluster", "status"])?;
         let active = status["brokers"].as_array()?.iter().filter(|broker| broker["state"] == "active").count();
@@ -591,26 +591,33 @@ fn a_reassignment_moves_a_partition_to_other_brokers_while_records_keep_coming()
     let create = ["topic", "create", "moved", "--partitions", "1", "--replication-factor", "2"];
     let (ok, _, stderr) = weir(&cluster.address(1), &create, None);
     assert!(ok, "{stderr}");
-    let produce = |first: usize| {
+    let produce = |cluster: &Cluster, via: usize, first: usize| {
         let input: String = (first..first + 2000).map(|n| format!("value-{n}\n")).collect();
-        let (ok, stdout, stderr) = weir(&cluster.address(1), &["produce", "moved"], Some(&input));
+        let (ok, stdout, stderr) = weir(&cluster.address(via), &["produce", "moved"], Some(&input));
         assert!(ok && stdout.contains("2000 record(s) acknowledged"), "{stdout}{stderr}");
     };
-    produce(0);
+    produce(&cluster, 1, 0);
     let description = json(&cluster.address(1), &["topic", "describe", "moved"]).unwrap();
     let old: Vec<i64> =
         description["partitions"][0]["replicas"].as_array().unwrap().iter().filter_map(Value::as_i64).collect();
     let new: Vec<i64> = (1..=4).filter(|id| !old.contains(id)).collect();
     let target = format!("{},{}", new[0], new[1]);
+    // One old replica is down for the whole move: it deletes its copy when it
+    // returns and learns the move.
+    let leader = description["partitions"][0]["leader"].as_i64().unwrap();
+    let down = *old.iter().find(|id| **id != leader).unwrap() as usize;
+    cluster.kill(down);
+    // Every call below goes through the new replicas' brokers, never stopped.
+    let (via, other) = (new[0] as usize, new[1] as usize);
 
     // Started without waiting; records keep coming while the new replicas copy.
     let start = ["topic", "reassign", "moved", "--partition", "0", "--replicas", &target, "--no-wait"];
-    let (ok, stdout, stderr) = weir(&cluster.address(2), &start, None);
+    let (ok, stdout, stderr) = weir(&cluster.address(via), &start, None);
     assert!(ok, "{stdout}{stderr}");
-    produce(2000);
+    produce(&cluster, via, 2000);
     // Waiting for it (the same target again does not start it over).
     let wait = ["topic", "reassign", "moved", "--partition", "0", "--replicas", &target, "--format", "json"];
-    let (ok, stdout, stderr) = weir(&cluster.address(3), &wait, None);
+    let (ok, stdout, stderr) = weir(&cluster.address(other), &wait, None);
     assert!(ok, "{stdout}{stderr}");
     let answer: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(answer["done"], true, "{answer}");
@@ -621,8 +628,9 @@ fn a_reassignment_moves_a_partition_to_other_brokers_while_records_keep_coming()
 
     // Every record, once, on the new replicas (byte for byte alike); the old
     // replicas' data is gone.
-    produce(4000);
-    let mut read = consume_all(&cluster.address(4), "moved");
+    cluster.restart(down);
+    produce(&cluster, via, 4000);
+    let mut read = consume_all(&cluster.address(other), "moved");
     read.sort();
     let mut expected: Vec<String> = (0..6000).map(|n| format!("value-{n}")).collect();
     expected.sort();

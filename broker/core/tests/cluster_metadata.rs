@@ -248,6 +248,11 @@ fn a_reassignment_copies_to_the_new_replicas_then_drops_the_old_ones() {
         cluster.image.reassign_partitions("nothing", &[(0, vec![1])]),
         Err(ControllerError::UnknownTopic("nothing".to_owned()))
     );
+    // Fewer replicas than the topic's min.insync.replicas could commit nothing.
+    let configs = BTreeMap::from([("min.insync.replicas".to_owned(), "2".to_owned())]);
+    cluster.commit(cluster.image.create_topic("strict", 1, 2, configs, InitialIsr::AllReplicas).unwrap());
+    let refused = cluster.image.reassign_partitions("strict", &[(0, vec![1])]);
+    assert!(matches!(refused, Err(ControllerError::InvalidReplicaAssignment(_))), "{refused:?}");
 }
 
 #[test]
@@ -506,6 +511,9 @@ fn reassign_step(cluster: &Cluster, rng: &mut StdRng) -> Vec<MetadataRecord> {
     let mut assignments = Vec::new();
     for _ in 0..rng.gen_range(1..=2) {
         let mut target: Vec<i32> = brokers.iter().copied().filter(|_| rng.gen_bool(0.5)).collect();
+        for index in (1..target.len()).rev() {
+            target.swap(index, rng.gen_range(0..=index)); // any preference order
+        }
         match rng.gen_range(0..20) {
             0 => target.push(99),
             1 if !target.is_empty() => target.push(target[0]),

@@ -156,7 +156,7 @@ impl ClusterImage {
                 (leader, _) => (leader, isr),
             };
             if let Some(next) = changed(state, leader, isr) {
-                records.push(partition_change(topic, partition, next));
+                self.push_change(&mut records, topic, partition, next, Some(broker_id));
             }
         }
         let fenced = self.brokers.get(&broker_id).is_some_and(|broker| broker.fenced);
@@ -191,10 +191,27 @@ impl ClusterImage {
                 false => continue,
             };
             if let Some(next) = changed(state, broker_id, isr) {
-                records.push(partition_change(topic, partition, next));
+                self.push_change(&mut records, topic, partition, next, None);
             }
         }
         Ok(records)
+    }
+
+    /// Pushes the change of `topic`-`partition` to `next`, and after it the
+    /// change that completes its reassignment if `next` allows that (an
+    /// election may have made the target's replica the ISR) — unless it would
+    /// make `except` (a broker being fenced) lead.
+    fn push_change(
+        &self,
+        records: &mut Vec<MetadataRecord>,
+        topic: &str,
+        partition: u32,
+        next: PartitionState,
+        except: Option<BrokerId>,
+    ) {
+        let finished = self.finish_reassignment(&next).filter(|done| Some(done.leader) != except);
+        records.push(partition_change(topic, partition, next));
+        records.extend(finished.map(|done| partition_change(topic, partition, done)));
     }
 
     /// Whether `topic` lets an out-of-sync replica lead when no in-sync one can
@@ -218,12 +235,16 @@ impl ClusterImage {
 
     /// The first active replica of `state` other than `except`, when no in-sync
     /// replica other than `except` is active.
+    /// A replica a reassignment is adding comes last: it may hold nothing yet.
     fn out_of_sync_candidate(&self, state: &PartitionState, except: Option<BrokerId>) -> Option<BrokerId> {
         let usable = |broker: &BrokerId| Some(*broker) != except && self.is_active(*broker);
-        match state.isr.iter().any(usable) {
-            true => None,
-            false => state.replicas.iter().copied().find(usable),
+        if state.isr.iter().any(usable) {
+            return None;
         }
+        let adding = |broker: &BrokerId| state.target_replicas.as_ref().is_some_and(|target| target.contains(broker));
+        let mut candidates: Vec<BrokerId> = state.replicas.iter().copied().filter(usable).collect();
+        candidates.sort_by_key(adding); // stable: replica order kept within each group
+        candidates.first().copied()
     }
 
     /// Whether `record` makes a replica outside the ISR a partition's leader (an
@@ -494,6 +515,15 @@ impl ClusterImage {
             if let Some(unknown) = target.iter().find(|broker| !self.brokers.contains_key(broker)) {
                 return Err(invalid(format!("broker {unknown} is not registered")));
             }
+            let min_insync: usize =
+                image.configs.get("min.insync.replicas").and_then(|value| value.trim().parse().ok()).unwrap_or(1);
+            if target.len() < min_insync {
+                return Err(invalid(format!(
+                    "{} replica(s) for partition {partition} are fewer than the topic's min.insync.replicas={min_insync}: \
+                     nothing could be committed",
+                    target.len()
+                )));
+            }
             if *target == state.replicas {
                 // The replicas it has: nothing to move (a running reassignment
                 // to elsewhere is cancelled).
@@ -649,7 +679,7 @@ impl ClusterImage {
                 }
                 if let Some(replica) = self.out_of_sync_candidate(state, None) {
                     if let Some(next) = changed(state, replica, vec![replica]) {
-                        records.push(partition_change(name, partition, next));
+                        self.push_change(&mut records, name, partition, next, None);
                     }
                 }
             }

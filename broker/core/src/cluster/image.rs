@@ -431,18 +431,6 @@ impl ClusterImage {
     /// Invariant 1 for one partition state, plus: a new leader must be active.
     fn check_partition_state(&self, state: &PartitionState) -> Result<(), String> {
         check_replica_sets(state)?;
-        if let Some(target) = &state.target_replicas {
-            let distinct: BTreeSet<BrokerId> = target.iter().copied().collect();
-            if target.is_empty()
-                || distinct.len() != target.len()
-                || target[..] != state.replicas[..target.len().min(state.replicas.len())]
-            {
-                return Err(format!(
-                    "target replicas {target:?} must be distinct and lead the replicas {:?}",
-                    state.replicas
-                ));
-            }
-        }
         if let Some(unknown) = state.replicas.iter().find(|broker| !self.brokers.contains_key(broker)) {
             return Err(format!("replica {unknown} is not a registered broker"));
         }
@@ -515,6 +503,16 @@ fn transform_topics(entry: &TransformEntry) -> impl Iterator<Item = &str> {
 
 /// Replicas distinct and non-empty, ISR a non-empty subset, leader in the ISR.
 fn check_replica_sets(state: &PartitionState) -> Result<(), String> {
+    if let Some(target) = &state.target_replicas {
+        let distinct: BTreeSet<BrokerId> = target.iter().copied().collect();
+        let prefix = target.len() <= state.replicas.len() && target[..] == state.replicas[..target.len()];
+        if target.is_empty() || distinct.len() != target.len() || !prefix {
+            return Err(format!(
+                "target replicas {target:?} must be distinct and lead the replicas {:?}",
+                state.replicas
+            ));
+        }
+    }
     let replicas: BTreeSet<BrokerId> = state.replicas.iter().copied().collect();
     if replicas.is_empty() || replicas.len() != state.replicas.len() {
         return Err(format!("replicas {:?} must be distinct and non-empty", state.replicas));

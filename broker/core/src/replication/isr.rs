@@ -261,6 +261,15 @@ impl LeaderReplicas {
             for replica in state.replicas.iter().filter(|replica| **replica != self.leader) {
                 self.followers.entry(*replica).or_insert_with(|| FollowerProgress::new(now_ms));
             }
+            // What a follower outside the ISR reported before this change is
+            // forgotten: a replica moved away and back by reassignments (maybe
+            // merged into one change seen here) holds an empty log now, so it
+            // joins only on what it reports from here on.
+            for (broker, progress) in &mut self.followers {
+                if !self.isr.contains(broker) {
+                    *progress = FollowerProgress::new(now_ms);
+                }
+            }
         }
         true
     }
@@ -365,6 +374,22 @@ mod tests {
         let mut moved = state(&[2, 3]);
         (moved.leader, moved.leader_epoch, moved.partition_epoch) = (2, 5, 9);
         assert!(!replicas.on_partition_state(&moved, 36_000));
+    }
+
+    #[test]
+    fn a_replica_outside_the_isr_joins_only_on_what_it_reports_after_a_change() {
+        let mut replicas = LeaderReplicas::new(1, &state(&[1, 2]), 0, 10, 1_000);
+        replicas.advance_high_watermark(FlushPolicy::Always, leader_at(10), 1);
+        // 3 reports a full log, then is moved away and back (one change seen
+        // here): its log is empty now, whatever it said before.
+        replicas.on_fetch(3, 10, 10, 10, 1_100).unwrap();
+        let moved_back = PartitionState { partition_epoch: 9, ..state(&[1, 2]) };
+        assert!(replicas.on_partition_state(&moved_back, 1_200));
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 1_300, 30_000, |_| true), None, "nothing reported since");
+        replicas.on_fetch(3, 0, 0, 10, 1_400).unwrap();
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 1_400, 30_000, |_| true), None, "behind");
+        replicas.on_fetch(3, 10, 10, 10, 1_500).unwrap();
+        assert_eq!(replicas.isr_change(FlushPolicy::Always, 1_500, 30_000, |_| true), Some(vec![1, 2, 3]));
     }
 
     #[test]

@@ -159,6 +159,11 @@ pub struct Node {
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// One reconciliation at a time.
     reconciling: Mutex<()>,
+    /// Replica directories of live topics that the image applied at start-up
+    /// does not place here (a reassignment moved them away — or the image is
+    /// behind): left alone until this broker's registration is applied, then
+    /// deleted if the image still places them elsewhere.
+    moved_away: Mutex<Vec<String>>,
     producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// The consumer groups of the `__consumer_offsets` partitions led here.
     groups: GroupCoordinators,
@@ -278,6 +283,7 @@ impl Node {
             controller,
             topics: RwLock::new(BTreeMap::new()),
             reconciling: Mutex::new(()),
+            moved_away: Mutex::new(Vec::new()),
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             groups: GroupCoordinators::new(CoordinatorConfig::default(), environment.clock.clone()),
             plugins: Arc::new(Plugins::open(

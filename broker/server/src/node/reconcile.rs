@@ -12,6 +12,12 @@
 //! 3. anything else (another cluster's data, a backup, a directory without the
 //!    file) — left untouched, with a warning, and a topic never takes it over.
 //!
+//! A live topic's replica that the image places on other brokers (a
+//! reassignment moved it away) is left alone at start-up — the image may be
+//! behind a move that brought it back — and deleted once the image holds this
+//! start's registration, if it still places it elsewhere. While running, a
+//! reassignment's replicas are opened (empty) or deleted as the image moves.
+//!
 //! Directories of a single-node data directory written before the controller
 //! existed have no `partition.metadata`; the upgrade (`upgrade.rs`) adopts them.
 
@@ -79,6 +85,7 @@ impl Node {
         }
         let log_dir_config = LogDirConfig { environment: self.environment.clone(), ..config.log_dir_config() };
         let broker_id = self.broker.id;
+        let moved_away = Mutex::new(Vec::new());
         let log_dir = LogDir::open_with(log_dir_config, |directory| {
             let Some((topic_name, partition)) = parse_partition_dir(directory) else { return PartitionDirFate::Leave };
             let local = topics.get(topic_name).and_then(|topic| {
@@ -87,8 +94,16 @@ impl Node {
             });
             match self.read_partition_metadata(directory) {
                 Some(metadata) if Some(&metadata.cluster_id) == cluster_id.as_ref() => {
+                    let live = topics.get(topic_name).map(|topic| topic.topic_id) == Some(metadata.topic_id);
                     match local == Some(metadata.topic_id) {
                         true => PartitionDirFate::Open(log_configs[topic_name].clone()),
+                        // A live topic's replica placed elsewhere: moved away by a
+                        // reassignment, or the image is behind one that moved it
+                        // back. Deleted once the image is known current.
+                        false if live => {
+                            lock(&moved_away).push(directory.to_owned());
+                            PartitionDirFate::Leave
+                        }
                         // Topic ids are metadata offsets: a directory of a topic
                         // created past what this image applied means the image is
                         // behind (a damaged or foreign metadata log), not that the
@@ -116,6 +131,7 @@ impl Node {
                 None => PartitionDirFate::Leave,
             }
         })?;
+        *lock(&self.moved_away) = moved_away.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
         *lock(&self.log_dir) = Some(log_dir);
         Ok(())
     }
@@ -200,7 +216,33 @@ impl Node {
             }
         }
         note(CONSUMER_OFFSETS_TOPIC, self.lead_groups());
+        if registered {
+            self.delete_moved_away(log_dir, &wanted);
+        }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Deletes the replica directories start-up left alone as placed elsewhere
+    /// (see `Node::moved_away`), now that the image holds this broker's own
+    /// registration — and so every change made before this start — if the
+    /// image still places them elsewhere.
+    fn delete_moved_away(&self, log_dir: &LogDir, wanted: &BTreeMap<String, TopicImage>) {
+        let directories = std::mem::take(&mut *lock(&self.moved_away));
+        for directory in directories {
+            let here = parse_partition_dir(&directory).is_some_and(|(topic, partition)| {
+                wanted
+                    .get(topic)
+                    .and_then(|image| image.partitions.get(partition as usize))
+                    .is_some_and(|state| state.replicas.contains(&self.broker.id))
+            });
+            if here || log_dir.partition(&directory).is_some() {
+                continue; // placed here again: the topic opened it
+            }
+            match log_dir.delete_partition(&directory) {
+                Ok(()) => tracing::info!(%directory, "a replica moved away by a reassignment; deleted"),
+                Err(error) => tracing::error!(%directory, %error, "a replica moved away could not be deleted"),
+            }
+        }
     }
 
     /// Whether this broker leads a partition in `state`.
