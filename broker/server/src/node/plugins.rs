@@ -106,7 +106,11 @@ impl Node {
         if let Some(entry) = registered {
             let (plugins, digest) = (self.plugins.clone(), entry.digest.clone());
             let here = blocking(move || plugins.wasm(&digest).map(drop)).await.is_ok();
-            if !here && self.fetch_plugin(&entry).await {
+            let fetched = !here && self.fetch_plugin(&entry).await;
+            // Bytes that arrived in the background may not be compiled and
+            // registered yet: following the registry here does it now.
+            let compiled = self.plugins.summary(&spec.plugin).is_some_and(|summary| summary.digest == entry.digest);
+            if fetched || !compiled {
                 self.follow_plugins().await;
             }
         }
