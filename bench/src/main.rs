@@ -4,7 +4,10 @@
 //! `run` measures the machine's limits, starts every server (pinned away from
 //! the load generator), runs the workloads of `shared/BENCH.md` round after round
 //! with the system order rotating, and writes `<out>/<date>.json` (every
-//! measurement), `<out>/<date>.md` (medians and ratios) and PNG plots.
+//! measurement), `<out>/<date>.md` (medians and ratios) and PNG plots. The
+//! replicated workload (7) runs last, on its own: the single servers are stopped,
+//! a three-broker Weir cluster and a three-node Kafka cluster are started, and its
+//! rounds run against them (RF=3 next to RF=1 on the same cluster).
 //! `--smoke` does all of that in seconds with tiny sizes, for CI; there, a peer
 //! that acknowledges nothing in its one-second window (a slow fsync on a busy
 //! disk) is a warning, while every failure of Weir's own runs fails the command.
@@ -30,6 +33,7 @@ use driver::kafka::KafkaDriver;
 use driver::nats::NatsDriver;
 use driver::weir::WeirDriver;
 use driver::{Driver, Durability, TopicSpec};
+use report::RF1_SUFFIX;
 use report::{Machine, Report, Run};
 use server::{Launch, Server};
 use workload::{Settings, Target, WorkloadId};
@@ -120,6 +124,10 @@ struct RunArgs {
     /// Do not pin servers and load generator to separate CPUs.
     #[arg(long)]
     no_pin: bool,
+    /// Keep the servers' logs and configs in the work directory after a successful
+    /// run too (a failed run always keeps them).
+    #[arg(long)]
+    keep_logs: bool,
 }
 
 /// Exit codes as `weir`'s: 0 success, 1 a failure (the message on stderr), 2 bad usage.
@@ -151,6 +159,7 @@ struct Paths {
     nats_bin: PathBuf,
     kafka_home: PathBuf,
     kafka_template: PathBuf,
+    kafka_cluster_template: PathBuf,
     plugins_dir: PathBuf,
     work_dir: PathBuf,
     out: PathBuf,
@@ -166,6 +175,7 @@ impl Paths {
             nats_bin: peers.join("nats/nats-server"),
             kafka_home: peers.join("kafka"),
             kafka_template: root.join("bench/peers/kafka/server.properties"),
+            kafka_cluster_template: root.join("bench/peers/kafka/cluster.properties"),
             plugins_dir: args.plugins_dir.clone().unwrap_or_else(|| root.join("target/plugins/wasm32-wasip2/release")),
             work_dir: args.work_dir.clone().unwrap_or_else(|| root.join("target/bench-work")),
             out: args.out.clone().unwrap_or(default_out),
@@ -192,6 +202,10 @@ impl Paths {
                 ),
             }
         }
+        if systems.contains(&System::Kafka) && workloads.contains(&WorkloadId::Replicated) {
+            let template = &self.kafka_cluster_template;
+            anyhow::ensure!(template.exists(), "no Kafka cluster template at {}", template.display());
+        }
         if systems.contains(&System::Weir) && workloads.contains(&WorkloadId::PluginOverhead) {
             for plugin in [NOOP_INTERCEPTOR_WASM, IDENTITY_TRANSFORM_WASM] {
                 let path = self.plugins_dir.join(plugin);
@@ -204,6 +218,15 @@ impl Paths {
 
 const NOOP_INTERCEPTOR_WASM: &str = "noop_interceptor.wasm";
 const IDENTITY_TRANSFORM_WASM: &str = "identity_transform.wasm";
+
+/// Brokers in each cluster of the replicated workload.
+const CLUSTER_SIZE: usize = 3;
+/// Replication factor and `min.insync.replicas` of the replicated workload's topics.
+const REPLICATION_FACTOR: i16 = 3;
+const MIN_INSYNC_REPLICAS: i16 = 2;
+/// The shortest unmeasured burst a cluster gets before the replicated workload's
+/// rounds (full runs; a smoke run keeps its 0.9 s).
+const CLUSTER_WARM_UP: Duration = Duration::from_secs(30);
 
 /// The error of a run that moved no record in its window.
 const NOTHING_MOVED: &str = "no record was acknowledged or read in the window";
@@ -253,21 +276,25 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let launch = Launch { work_dir: work_dir.clone(), cpus: server_cpus };
     let result = runtime.block_on(run_all(&args, &paths, &launch, settings, &workloads));
     let failed = !result.as_ref().is_ok_and(|(runs, _)| runs.iter().all(|run| run.error.is_none()));
-    clean_work_dir(&work_dir, failed);
+    clean_work_dir(&work_dir, failed || args.keep_logs);
     let (runs, versions) = result?;
 
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let not_run = workloads
-        .iter()
-        .filter(|workload| **workload == WorkloadId::Replicated)
-        .map(|workload| {
-            (*workload, "Weir has no replication yet (one broker, replication factor 1), so there is no Weir figure to set beside Kafka's 3-node cluster; this workload waits for clustering.".to_owned())
-        })
-        .collect();
+    let mut workload_notes = Vec::new();
+    if workloads.contains(&WorkloadId::Replicated) {
+        workload_notes.push((WorkloadId::Replicated, replicated_setup(cluster_warm_up(&args, &settings))));
+        if args.systems.contains(&System::Nats) {
+            workload_notes.push((
+                WorkloadId::Replicated,
+                "NATS JetStream: not run in this workload. The harness starts no NATS cluster (a stream with 3 \
+                 replicas needs three clustered servers), so there is no NATS row."
+                    .to_owned(),
+            ));
+        }
+    }
     let report = Report {
         date: today_utc(),
         mode: if args.smoke { "smoke" } else { "full" }.to_owned(),
-        command: command.rsplit('/').next().unwrap_or(&command).to_owned(),
+        command: command_line(std::env::args()),
         machine: Machine::read(),
         pinning,
         limits,
@@ -275,7 +302,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         settings,
         rounds: args.rounds.unwrap_or(if args.smoke { 1 } else { 3 }),
         runs,
-        not_run,
+        not_run: Vec::new(),
+        workload_notes,
     };
     let mut failures: Vec<String> = Vec::new();
     for run in &report.runs {
@@ -297,6 +325,18 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     eprintln!("wrote {} and {}", json_path.display(), markdown_path.display());
     anyhow::ensure!(failures.is_empty(), "{} run(s) failed:\n  {}", failures.len(), failures.join("\n  "));
     Ok(())
+}
+
+/// The command line for the report, the program without its directory (only
+/// the program's: arguments keep their paths).
+fn command_line(args: impl IntoIterator<Item = String>) -> String {
+    let mut args: Vec<String> = args.into_iter().collect();
+    if let Some(program) = args.first_mut() {
+        if let Some(name) = Path::new(program.as_str()).file_name() {
+            *program = name.to_string_lossy().into_owned();
+        }
+    }
+    args.join(" ")
 }
 
 fn write_report(report: &Report, out: &Path) -> anyhow::Result<PathBuf> {
@@ -350,23 +390,52 @@ fn civil_date(days: i64) -> String {
     format!("{year:04}-{month:02}-{day:02}")
 }
 
-/// The running servers and a driver for each.
+/// The unmeasured burst each cluster gets before the replicated workload's rounds:
+/// three cold JVMs on one core need longer than one (with the single servers'
+/// 6 s, Kafka's throughput rose round after round).
+fn cluster_warm_up(args: &RunArgs, settings: &Settings) -> Duration {
+    if args.smoke {
+        settings.warmup * 3
+    } else {
+        (settings.warmup * 3).max(CLUSTER_WARM_UP)
+    }
+}
+
+/// What the report says about how workload 7 ran.
+fn replicated_setup(warm_up: Duration) -> String {
+    format!(
+        "Run last, on its own: the single servers of the other workloads are stopped, then a {CLUSTER_SIZE}-broker Weir \
+         cluster (`weir serve --node-id 1..{CLUSTER_SIZE}`, every broker a controller voter) and a {CLUSTER_SIZE}-node \
+         Kafka cluster (KRaft combined mode, a static `controller.quorum.voters`, 1 GiB heap per JVM) are started once \
+         and stay up for every round, all {} processes on the server CPUs; each cluster is warmed up first with \
+         {:.1} s of the workload (page cache, RF=3), unmeasured. `weir` and `kafka` rows: a topic with \
+         RF={REPLICATION_FACTOR} and `min.insync.replicas={MIN_INSYNC_REPLICAS}`; `rf=1` rows: the same cluster, a \
+         topic with one replica (`min.insync.replicas=1`), so only the replication factor differs (its 16 leaders \
+         spread over the brokers as RF=3's are). Every row's producer is the same: one, at max rate, `acks=all` with \
+         idempotence at both durabilities, linger 5 ms, 1 MiB batches. page cache = acknowledged once every in-sync \
+         replica has the record in the OS (Weir `flush.policy=interval`, Kafka's default); fsync = once every in-sync \
+         replica has fdatasync'ed it (Weir `flush.policy=always`, Kafka `flush.messages=1`, which followers apply to \
+         their own appends). Server CPU and peak RSS are sums over the {CLUSTER_SIZE} brokers.",
+        2 * CLUSTER_SIZE,
+        warm_up.as_secs_f64()
+    )
+}
+
+/// The running servers and a driver for each: the single servers, or (for the
+/// replicated workload) the clusters in the `weir` and `kafka` slots.
 #[derive(Default)]
 struct Fleet {
     weir: Option<(Server, WeirDriver)>,
     nats: Option<(Server, NatsDriver)>,
     nats_fsync: Option<(Server, NatsDriver)>,
     kafka: Option<(Server, KafkaDriver)>,
+    /// Systems that did not start (or warm up), and why.
+    failed: Vec<(System, String)>,
 }
 
 impl Fleet {
-    async fn start(
-        systems: &[System],
-        paths: &Paths,
-        launch: &Launch,
-    ) -> anyhow::Result<(Fleet, std::collections::BTreeMap<String, String>)> {
+    async fn start(systems: &[System], paths: &Paths, launch: &Launch) -> anyhow::Result<Fleet> {
         let mut fleet = Fleet::default();
-        let mut versions = std::collections::BTreeMap::new();
         for system in systems {
             eprintln!("starting {} ...", system.name());
             match system {
@@ -374,7 +443,6 @@ impl Fleet {
                     let mut server = launch.weir(&paths.weir_bin)?;
                     let driver = WeirDriver::new(&server.address)?;
                     server.wait_ready(|| async { Ok(driver.admin().list_topics().await.map(drop)?) }).await?;
-                    versions.insert("weir".to_owned(), weir_version());
                     fleet.weir = Some((server, driver));
                 }
                 System::Nats => {
@@ -389,19 +457,51 @@ impl Fleet {
                             fleet.nats = Some((server, driver));
                         }
                     }
-                    versions.insert("nats-server".to_owned(), command_version(&paths.nats_bin, "--version"));
                 }
                 System::Kafka => {
                     let mut server = launch.kafka(&paths.kafka_home, &paths.kafka_template)?;
                     let address = server.address.clone();
-                    server.wait_ready(|| kafka_ready(&address)).await?;
+                    server.wait_ready(|| kafka_ready(&address, 1)).await?;
                     let driver = KafkaDriver::new(&server.address)?;
-                    versions.insert("kafka".to_owned(), kafka_version(&paths.kafka_home));
                     fleet.kafka = Some((server, driver));
                 }
             }
         }
-        Ok((fleet, versions))
+        Ok(fleet)
+    }
+
+    /// The three-broker clusters of the replicated workload (NATS has none). A
+    /// cluster that does not start is recorded in `failed`, its runs then fail.
+    async fn start_clusters(systems: &[System], paths: &Paths, launch: &Launch) -> Fleet {
+        let mut fleet = Fleet::default();
+        for system in systems {
+            let started = std::time::Instant::now();
+            eprintln!("starting a {CLUSTER_SIZE}-broker {} cluster ...", system.name());
+            let outcome = match system {
+                System::Weir => start_weir_cluster(paths, launch).await.map(|weir| fleet.weir = Some(weir)),
+                System::Kafka => start_kafka_cluster(paths, launch).await.map(|kafka| fleet.kafka = Some(kafka)),
+                System::Nats => continue,
+            };
+            match outcome {
+                Ok(()) => eprintln!("{} cluster ready after {:.1} s", system.name(), started.elapsed().as_secs_f64()),
+                Err(error) => fleet.fail(*system, error.context(format!("start the {} cluster", system.name()))),
+            }
+        }
+        fleet
+    }
+
+    /// Stops `system`'s server (if running) and records why it is out.
+    fn fail(&mut self, system: System, error: anyhow::Error) {
+        eprintln!("error: {error:#}");
+        let server = match system {
+            System::Weir => self.weir.take().map(|(server, _)| server),
+            System::Kafka => self.kafka.take().map(|(server, _)| server),
+            System::Nats => None,
+        };
+        if let Some(server) = server {
+            server.stop();
+        }
+        self.failed.push((system, format!("{error:#}")));
     }
 
     fn get(&self, system: System, durability: Durability) -> anyhow::Result<(&Server, &dyn Driver)> {
@@ -411,7 +511,10 @@ impl Fleet {
             (System::Nats, Durability::Fsync) => self.nats_fsync.as_ref().map(|(s, d)| (s, d as &dyn Driver)),
             (System::Kafka, _) => self.kafka.as_ref().map(|(s, d)| (s, d as &dyn Driver)),
         };
-        entry.with_context(|| format!("{} is not running", system.name()))
+        entry.with_context(|| match self.failed.iter().find(|(failed, _)| *failed == system) {
+            Some((_, why)) => format!("{} is not running: {why}", system.name()),
+            None => format!("{} is not running", system.name()),
+        })
     }
 
     fn check_alive(&mut self) -> anyhow::Result<()> {
@@ -427,8 +530,10 @@ impl Fleet {
         Ok(())
     }
 
+    /// SIGTERM to every server at once (a cluster's shutdown can take seconds),
+    /// then waits for each.
     fn stop(self) {
-        for server in [
+        let servers: Vec<Server> = [
             self.weir.map(|(s, _)| s),
             self.nats.map(|(s, _)| s),
             self.nats_fsync.map(|(s, _)| s),
@@ -436,25 +541,85 @@ impl Fleet {
         ]
         .into_iter()
         .flatten()
-        {
-            server.stop();
+        .collect();
+        for server in &servers {
+            server.terminate();
+        }
+        for server in servers {
+            server.wait_stopped();
         }
     }
 }
 
-/// Kafka is ready once its metadata lists this broker (the port accepts
+/// Three `weir serve`, ready once every broker answers and sees all three
+/// registered and active under an active controller.
+async fn start_weir_cluster(paths: &Paths, launch: &Launch) -> anyhow::Result<(Server, WeirDriver)> {
+    let mut server = launch.weir_cluster(&paths.weir_bin, CLUSTER_SIZE)?;
+    let addresses = server.member_addresses();
+    if let Err(error) = server.wait_ready(|| weir_cluster_ready(&addresses)).await {
+        server.stop();
+        return Err(error);
+    }
+    let driver = WeirDriver::new(&server.address)?;
+    Ok((server, driver))
+}
+
+async fn weir_cluster_ready(addresses: &[String]) -> anyhow::Result<()> {
+    for address in addresses {
+        let driver = WeirDriver::new(address)?;
+        let status = tokio::time::timeout(Duration::from_secs(5), driver.admin().cluster_status())
+            .await
+            .with_context(|| format!("{address} did not answer cluster status within 5 s"))??;
+        let active = status.brokers.iter().filter(|broker| broker.state == "active").count();
+        anyhow::ensure!(
+            status.active_controller > 0 && active == addresses.len(),
+            "broker {address}: active controller {}, {active} of {} brokers active",
+            status.active_controller,
+            addresses.len()
+        );
+    }
+    Ok(())
+}
+
+/// Three Kafka JVMs, ready once the metadata lists all three brokers.
+async fn start_kafka_cluster(paths: &Paths, launch: &Launch) -> anyhow::Result<(Server, KafkaDriver)> {
+    let mut server = launch.kafka_cluster(&paths.kafka_home, &paths.kafka_cluster_template, CLUSTER_SIZE)?;
+    let address = server.address.clone();
+    if let Err(error) = server.wait_ready(|| kafka_ready(&address, CLUSTER_SIZE)).await {
+        server.stop();
+        return Err(error);
+    }
+    let driver = KafkaDriver::new(&server.address)?;
+    Ok((server, driver))
+}
+
+/// Kafka is ready once its metadata lists `brokers` brokers (the port accepts
 /// connections a little earlier).
-async fn kafka_ready(address: &str) -> anyhow::Result<()> {
+async fn kafka_ready(address: &str, brokers: usize) -> anyhow::Result<()> {
     use rdkafka::producer::Producer;
     let address = address.to_owned();
     tokio::task::spawn_blocking(move || {
         let producer: rdkafka::producer::BaseProducer =
             rdkafka::ClientConfig::new().set("bootstrap.servers", &address).set("log_level", "0").create()?;
         let metadata = producer.client().fetch_metadata(None, Duration::from_secs(2))?;
-        anyhow::ensure!(!metadata.brokers().is_empty(), "no brokers in Kafka metadata yet");
+        let listed = metadata.brokers().len();
+        anyhow::ensure!(listed >= brokers, "{listed} of {brokers} broker(s) in Kafka metadata yet");
         Ok(())
     })
     .await?
+}
+
+/// The version of every selected system, for the report.
+fn versions(systems: &[System], paths: &Paths) -> std::collections::BTreeMap<String, String> {
+    let mut versions = std::collections::BTreeMap::new();
+    for system in systems {
+        match system {
+            System::Weir => versions.insert("weir".to_owned(), weir_version()),
+            System::Nats => versions.insert("nats-server".to_owned(), command_version(&paths.nats_bin, "--version")),
+            System::Kafka => versions.insert("kafka".to_owned(), kafka_version(&paths.kafka_home)),
+        };
+    }
+    versions
 }
 
 fn weir_version() -> String {
@@ -495,6 +660,8 @@ enum Variant {
     Interceptor,
     /// Weir with an identity transform from the topic to a second one.
     Transform,
+    /// The replicated workload's cluster with a topic of one replica.
+    Rf1(System),
 }
 
 impl Variant {
@@ -503,12 +670,13 @@ impl Variant {
             Variant::Plain(system) => system.name().to_owned(),
             Variant::Interceptor => "weir + no-op interceptor".to_owned(),
             Variant::Transform => "weir + identity transform".to_owned(),
+            Variant::Rf1(system) => format!("{}{RF1_SUFFIX}", system.name()),
         }
     }
 
     fn system(self) -> System {
         match self {
-            Variant::Plain(system) => system,
+            Variant::Plain(system) | Variant::Rf1(system) => system,
             Variant::Interceptor | Variant::Transform => System::Weir,
         }
     }
@@ -524,8 +692,30 @@ async fn run_all(
     settings: Settings,
     workloads: &[WorkloadId],
 ) -> anyhow::Result<(Vec<Run>, std::collections::BTreeMap<String, String>)> {
-    let (mut fleet, versions) = Fleet::start(&args.systems, paths, launch).await?;
+    let rounds = args.rounds.unwrap_or(if args.smoke { 1 } else { 3 });
+    let single: Vec<WorkloadId> = workloads.iter().copied().filter(|w| *w != WorkloadId::Replicated).collect();
+    let mut runs = Vec::new();
+    if !single.is_empty() {
+        runs.extend(run_single_servers(args, paths, launch, &settings, &single, rounds).await?);
+    }
+    if workloads.contains(&WorkloadId::Replicated) {
+        runs.extend(run_replicated(args, paths, launch, &settings, rounds).await);
+    }
+    Ok((runs, versions(&args.systems, paths)))
+}
+
+/// Every workload but the replicated one, against one server per system.
+async fn run_single_servers(
+    args: &RunArgs,
+    paths: &Paths,
+    launch: &Launch,
+    settings: &Settings,
+    workloads: &[WorkloadId],
+    rounds: u32,
+) -> anyhow::Result<Vec<Run>> {
+    let mut fleet = Fleet::start(&args.systems, paths, launch).await?;
     let outcome = async {
+        let fleet = &mut fleet;
         if let (Some((_, weir)), true) = (&fleet.weir, workloads.contains(&WorkloadId::PluginOverhead)) {
             for (name, hook, file) in [
                 (NOOP_PLUGIN, "produce-interceptor", NOOP_INTERCEPTOR_WASM),
@@ -535,11 +725,12 @@ async fn run_all(
                 weir.admin().upload_plugin(name, hook, wasm).await.with_context(|| format!("upload {file}"))?;
             }
         }
-        warm_up(&fleet, &args.systems, &settings).await?;
-        let rounds = args.rounds.unwrap_or(if args.smoke { 1 } else { 3 });
+        for system in &args.systems {
+            warm_up(fleet, *system, settings, settings.warmup * 3, WorkloadId::MaxIngest).await?;
+        }
         let mut runs = Vec::new();
         for round in 1..=rounds {
-            for workload in workloads.iter().copied().filter(|w| *w != WorkloadId::Replicated) {
+            for workload in workloads.iter().copied() {
                 for durability in workload.durabilities() {
                     let mut variants: Vec<Variant> = if workload == WorkloadId::PluginOverhead {
                         if !args.systems.contains(&System::Weir) {
@@ -552,7 +743,7 @@ async fn run_all(
                     let turn = (round as usize - 1) % variants.len();
                     variants.rotate_left(turn);
                     for variant in variants {
-                        let run = run_one(&mut fleet, variant, workload, *durability, round, &settings).await;
+                        let run = run_one(fleet, variant, workload, *durability, round, settings).await;
                         runs.push(run);
                     }
                 }
@@ -562,22 +753,78 @@ async fn run_all(
     }
     .await;
     fleet.stop();
-    Ok((outcome?, versions))
+    outcome
 }
 
-/// An unmeasured burst of max ingest against every system first, so the first
-/// measured workload does not pay for a cold JIT (Kafka) or cold caches.
-async fn warm_up(fleet: &Fleet, systems: &[System], settings: &Settings) -> anyhow::Result<()> {
-    let burst = Settings { warmup: Duration::ZERO, duration: settings.warmup * 3, ..*settings };
-    for system in systems {
-        eprintln!("warming up {} for {:.1} s ...", system.name(), burst.duration.as_secs_f64());
-        let (server, driver) = fleet.get(*system, Durability::PageCache)?;
-        let topic = TopicSpec { name: "bench-warm-up".into(), partitions: 16, durability: Durability::PageCache };
-        driver.create_topic(&topic).await?;
-        workload::run(WorkloadId::MaxIngest, &topic, Target { driver, server }, &burst).await?;
-        driver.delete_topic(&topic.name).await?;
+/// Workload 7 on its own: the clusters start once, warm up, and every round
+/// runs RF=3 and RF=1 at both durabilities against each, the order rotating.
+/// A cluster that does not start or warm up fails its runs, not the others'.
+async fn run_replicated(args: &RunArgs, paths: &Paths, launch: &Launch, settings: &Settings, rounds: u32) -> Vec<Run> {
+    let workload = WorkloadId::Replicated;
+    let systems: Vec<System> = args.systems.iter().copied().filter(|system| *system != System::Nats).collect();
+    if systems.is_empty() {
+        return Vec::new();
     }
+    let mut fleet = Fleet::start_clusters(&systems, paths, launch).await;
+    let burst = cluster_warm_up(args, settings);
+    for system in &systems {
+        if fleet.get(*system, Durability::PageCache).is_err() {
+            continue;
+        }
+        let budget = burst + Duration::from_secs(180);
+        let warmed = tokio::time::timeout(budget, warm_up(&fleet, *system, settings, burst, workload))
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("did not finish within {} s", budget.as_secs())));
+        if let Err(error) = warmed {
+            fleet.fail(*system, error.context(format!("warm up the {} cluster", system.name())));
+        }
+    }
+    let mut runs = Vec::new();
+    for round in 1..=rounds {
+        for durability in workload.durabilities() {
+            let mut variants: Vec<Variant> =
+                systems.iter().flat_map(|system| [Variant::Plain(*system), Variant::Rf1(*system)]).collect();
+            let turn = (round as usize - 1) % variants.len();
+            variants.rotate_left(turn);
+            for variant in variants {
+                runs.push(run_one(&mut fleet, variant, workload, *durability, round, settings).await);
+            }
+        }
+    }
+    let stopping = std::time::Instant::now();
+    fleet.stop();
+    eprintln!("clusters stopped in {:.1} s", stopping.elapsed().as_secs_f64());
+    runs
+}
+
+/// An unmeasured burst (`length`) of `workload` (max ingest, or the replicated
+/// workload's shape on a cluster) against `system` first, so the first measured
+/// workload does not pay for a cold JIT (Kafka) or cold caches.
+async fn warm_up(
+    fleet: &Fleet,
+    system: System,
+    settings: &Settings,
+    length: Duration,
+    workload: WorkloadId,
+) -> anyhow::Result<()> {
+    let burst = Settings { warmup: Duration::ZERO, duration: length, ..*settings };
+    eprintln!("warming up {} for {:.1} s ...", system.name(), burst.duration.as_secs_f64());
+    let (server, driver) = fleet.get(system, Durability::PageCache)?;
+    let topic = topic_spec("bench-warm-up".into(), workload, Variant::Plain(system), Durability::PageCache);
+    driver.create_topic(&topic).await?;
+    workload::run(workload, &topic, Target { driver, server }, &burst).await?;
+    driver.delete_topic(&topic.name).await?;
     Ok(())
+}
+
+/// The topic a run of `workload` by `variant` writes to.
+fn topic_spec(name: String, workload: WorkloadId, variant: Variant, durability: Durability) -> TopicSpec {
+    let topic = TopicSpec::new(name, workload.partitions(), durability);
+    match (workload, variant) {
+        (WorkloadId::Replicated, Variant::Rf1(_)) => topic.replicated(1, 1),
+        (WorkloadId::Replicated, _) => topic.replicated(REPLICATION_FACTOR, MIN_INSYNC_REPLICAS),
+        _ => topic,
+    }
 }
 
 async fn run_one(
@@ -591,16 +838,14 @@ async fn run_one(
     let system = variant.label();
     eprint!("round {round}: {} ({}) on {system} ... ", workload.slug(), durability.label());
     let slug = match variant {
-        Variant::Plain(system) => system.name(),
-        Variant::Interceptor => "weir-interceptor",
-        Variant::Transform => "weir-transform",
+        Variant::Plain(system) => system.name().to_owned(),
+        Variant::Interceptor => "weir-interceptor".to_owned(),
+        Variant::Transform => "weir-transform".to_owned(),
+        Variant::Rf1(system) => format!("{}-rf1", system.name()),
     };
     let durability_slug = if durability == Durability::Fsync { "fsync" } else { "pc" };
-    let topic = TopicSpec {
-        name: format!("bench-{}-{durability_slug}-{slug}-r{round}", workload.slug()),
-        partitions: workload.partitions(),
-        durability,
-    };
+    let name = format!("bench-{}-{durability_slug}-{slug}-r{round}", workload.slug());
+    let topic = topic_spec(name, workload, variant, durability);
     let budget = settings.warmup + settings.duration + Duration::from_secs(180);
     let result = tokio::time::timeout(budget, measure_one(fleet, variant, workload, &topic, settings))
         .await
@@ -702,6 +947,12 @@ mod tests {
         assert_eq!(civil_date(11_016), "2000-02-29");
         assert_eq!(civil_date(20_788), "2026-12-01");
         assert_eq!(today_utc().len(), 10);
+    }
+
+    #[test]
+    fn the_command_line_drops_only_the_programs_directory() {
+        let args = ["/work/target/release/weir-bench", "run", "--weir-bin", "/work/target/release/weir"];
+        assert_eq!(command_line(args.map(str::to_owned)), "weir-bench run --weir-bin /work/target/release/weir");
     }
 
     #[test]

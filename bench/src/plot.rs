@@ -13,13 +13,15 @@ use crate::driver::Durability;
 use crate::report::Report;
 use crate::workload::{Headline, WorkloadId};
 
-const COLORS: [RGBColor; 6] = [
+const COLORS: [RGBColor; 8] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0x2c, 0xa0, 0x2c),
     RGBColor(0x17, 0xbe, 0xcf),
+    RGBColor(0xbc, 0xbd, 0x22),
     RGBColor(0xd6, 0x27, 0x28),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
 ];
 
 fn register_font() {

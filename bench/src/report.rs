@@ -30,7 +30,14 @@ pub struct Report {
     pub runs: Vec<Run>,
     /// Workloads left out, and why.
     pub not_run: Vec<(WorkloadId, String)>,
+    /// What the reader must know about how a workload ran (shown above its tables).
+    #[serde(default)]
+    pub workload_notes: Vec<(WorkloadId, String)>,
 }
+
+/// The label suffix of a replicated-workload row whose topic has one replica
+/// (`weir rf=1`: the same cluster, only the replication factor differs).
+pub const RF1_SUFFIX: &str = " rf=1";
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Machine {
@@ -73,7 +80,8 @@ pub struct Run {
     pub round: u32,
     pub workload: WorkloadId,
     pub durability: Durability,
-    /// `weir`, `nats`, `kafka`, or a Weir variant such as `weir + no-op interceptor`.
+    /// `weir`, `nats`, `kafka`, a Weir variant such as `weir + no-op interceptor`,
+    /// or a replication-factor-1 row of the replicated workload (`weir rf=1`).
     pub system: String,
     pub measurement: Option<Measurement>,
     pub error: Option<String>,
@@ -220,13 +228,24 @@ fn verdict(ratio: f64, headline: Headline) -> &'static str {
     }
 }
 
-/// The ratio lines of one (workload, durability): Weir ÷ each other system.
+/// What an RF=3 ÷ RF=1 throughput ratio says.
+fn replication_verdict(ratio: f64) -> String {
+    if ratio >= 1.0 {
+        "RF=3 as fast as RF=1 or faster".to_owned()
+    } else {
+        format!("RF=3 keeps {:.0}% of RF=1's throughput", ratio * 100.0)
+    }
+}
+
+/// The ratio lines of one (workload, durability): Weir ÷ each other system; a
+/// Weir variant ÷ plain Weir; and for the replicated workload each system's
+/// RF=3 ÷ its RF=1 on the same cluster.
 pub fn ratios(
     report: &Report,
     summaries: &BTreeMap<Key, Summary>,
     workload: WorkloadId,
     durability: Durability,
-) -> Vec<(String, f64, &'static str)> {
+) -> Vec<(String, f64, String)> {
     let headline = workload.headline();
     // A system that did not keep up with a fixed rate has no latency *at* that rate.
     let get = |system: &str| {
@@ -236,21 +255,30 @@ pub fn ratios(
             .and_then(|summary| summary.headline(headline))
     };
     let mut lines = Vec::new();
-    let Some(weir) = get("weir") else { return lines };
+    let weir = get("weir");
     for system in report.systems() {
         if system == "weir" {
             continue;
         }
-        if let Some(other) = get(&system) {
-            // For a Weir variant, the ratio is variant ÷ plain Weir.
-            let (label, ratio) = if system.starts_with("weir") {
-                (format!("{system} ÷ weir"), other / weir)
-            } else {
-                (format!("weir ÷ {system}"), weir / other)
-            };
-            lines.push((label, ratio, verdict(ratio, headline)));
+        let Some(other) = get(&system) else { continue };
+        if let Some(base) = system.strip_suffix(RF1_SUFFIX) {
+            if let Some(replicated) = get(base) {
+                let ratio = replicated / other;
+                lines.push((format!("{base} RF=3 ÷ {system}"), ratio, replication_verdict(ratio)));
+            }
+            continue;
         }
+        let Some(weir) = weir else { continue };
+        // For a Weir variant, the ratio is variant ÷ plain Weir.
+        let (label, ratio) = if system.starts_with("weir") {
+            (format!("{system} ÷ weir"), other / weir)
+        } else {
+            (format!("weir ÷ {system}"), weir / other)
+        };
+        lines.push((label, ratio, verdict(ratio, headline).to_owned()));
     }
+    // Weir ÷ peers first, then the replication-factor lines.
+    lines.sort_by_key(|(label, _, _)| label.contains("RF=3"));
     lines
 }
 
@@ -379,6 +407,9 @@ fn render_workload(out: &mut String, report: &Report, summaries: &BTreeMap<Key, 
         let _ = writeln!(out, "Not run: {why}\n");
         return;
     }
+    for (_, note) in report.workload_notes.iter().filter(|(id, _)| *id == workload) {
+        let _ = writeln!(out, "{note}\n");
+    }
     for durability in workload.durabilities() {
         let rows: Vec<(&String, &Summary)> = report
             .systems()
@@ -478,7 +509,8 @@ mod tests {
             },
             rounds: 3,
             runs,
-            not_run: vec![(WorkloadId::Replicated, "no cluster".into())],
+            not_run: vec![(WorkloadId::FixedRate, "no time".into())],
+            workload_notes: vec![(WorkloadId::MaxIngest, "one broker each".into())],
         }
     }
 
@@ -506,7 +538,34 @@ mod tests {
         assert_eq!(limits[0], ("max ingest, page cache ÷ loopback TCP stream".to_owned(), 0.2));
         let markdown = render_markdown(&report, &[]);
         assert!(markdown.contains("| weir | 200 [100–300] |"), "{markdown}");
-        assert!(markdown.contains("Not run: no cluster"), "{markdown}");
+        assert!(markdown.contains("Not run: no time"), "{markdown}");
+        assert!(markdown.contains("one broker each\n"), "{markdown}");
+    }
+
+    #[test]
+    fn replication_factor_ratios_pair_each_system_with_its_rf1_row() {
+        let replicated = |system: &str, round, mb_per_second| Run {
+            workload: WorkloadId::Replicated,
+            durability: Durability::Fsync,
+            ..run(system, round, mb_per_second, 1000.0)
+        };
+        let report = report(vec![
+            replicated("kafka rf=1", 1, 100.0),
+            replicated("weir rf=1", 1, 200.0),
+            replicated("weir", 1, 150.0),
+            replicated("kafka", 1, 50.0),
+        ]);
+        assert_eq!(report.systems(), ["weir", "weir rf=1", "kafka", "kafka rf=1"]);
+        let summaries = report.summaries();
+        let lines = ratios(&report, &summaries, WorkloadId::Replicated, Durability::Fsync);
+        let labels: Vec<&str> = lines.iter().map(|(label, _, _)| label.as_str()).collect();
+        assert_eq!(labels, ["weir ÷ kafka", "weir RF=3 ÷ weir rf=1", "kafka RF=3 ÷ kafka rf=1"]);
+        assert!((lines[0].1 - 3.0).abs() < 1e-9);
+        assert!((lines[1].1 - 0.75).abs() < 1e-9);
+        assert_eq!(lines[1].2, "RF=3 keeps 75% of RF=1's throughput");
+        assert!((lines[2].1 - 0.5).abs() < 1e-9);
+        // No ratio of a system against another's RF=1 row.
+        assert!(!labels.iter().any(|label| label.contains("weir ÷ kafka rf=1")));
     }
 
     #[test]

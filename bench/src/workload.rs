@@ -46,7 +46,7 @@ pub enum WorkloadId {
     CatchUp,
     /// 6. One-record round trip (produce -> ack), one in flight.
     RoundTrip,
-    /// 7. Three brokers, RF=3, acks=all (needs Weir clustering: not run yet).
+    /// 7. Three brokers, RF=3, min.insync.replicas=2, acks=all: max ingest as 1.
     Replicated,
     /// 8. Plugin overhead: max ingest with a no-op interceptor / identity transform (Weir only).
     PluginOverhead,
@@ -89,7 +89,9 @@ impl WorkloadId {
             WorkloadId::DurableIngest => "Durable ingest, fsync before ack, 8 producers, 16 partitions, 1 KiB",
             WorkloadId::CatchUp => "Catch-up read from offset 0, 16 partitions, 1 KiB (data in the page cache)",
             WorkloadId::RoundTrip => "One-record round trip (produce -> ack), 1 partition, 1 KiB",
-            WorkloadId::Replicated => "Three brokers, RF=3, acks=all",
+            WorkloadId::Replicated => {
+                "Three brokers, RF=3, min.insync.replicas=2, acks=all, 16 partitions, 1 KiB, one producer"
+            }
             WorkloadId::PluginOverhead => "Plugin overhead: max ingest with a no-op interceptor / identity transform",
         }
     }
@@ -205,7 +207,7 @@ pub async fn run(
 ) -> anyhow::Result<Measurement> {
     target.server.reset_peak_rss();
     let mut measurement = match workload {
-        WorkloadId::MaxIngest | WorkloadId::SmallRecords | WorkloadId::PluginOverhead => {
+        WorkloadId::MaxIngest | WorkloadId::SmallRecords | WorkloadId::PluginOverhead | WorkloadId::Replicated => {
             max_rate(workload, topic, target, settings, 1).await?
         }
         WorkloadId::DurableIngest => {
@@ -217,7 +219,6 @@ pub async fn run(
         WorkloadId::FixedRate => fixed_rate(topic, target, settings).await?,
         WorkloadId::RoundTrip => round_trip(topic, target, settings).await?,
         WorkloadId::CatchUp => catch_up(topic, target, settings).await?,
-        WorkloadId::Replicated => anyhow::bail!("the replicated workload needs a Weir cluster"),
     };
     measurement.server_peak_rss_bytes = target.server.peak_rss_bytes()?;
     Ok(measurement)
@@ -397,8 +398,11 @@ impl<T> Drop for Task<T> {
     }
 }
 
-fn producer_spec(durability: Durability, linger: Duration) -> ProducerSpec {
-    ProducerSpec { durability, linger, batch_bytes_max: 1024 * 1024 }
+/// `acks=all` with idempotence at fsync, and at both durabilities for the
+/// replicated workload; `acks=1` otherwise.
+fn producer_spec(workload: WorkloadId, durability: Durability, linger: Duration) -> ProducerSpec {
+    let acks_all = durability == Durability::Fsync || workload == WorkloadId::Replicated;
+    ProducerSpec { acks_all, linger, batch_bytes_max: 1024 * 1024 }
 }
 
 /// Producers as fast as acknowledged.
@@ -409,7 +413,7 @@ async fn max_rate(
     settings: &Settings,
     producers: usize,
 ) -> anyhow::Result<Measurement> {
-    let spec = producer_spec(topic.durability, Duration::from_millis(5));
+    let spec = producer_spec(workload, topic.durability, Duration::from_millis(5));
     let shape = LoadShape {
         partitions: topic.partitions,
         record_bytes: workload.record_bytes(),
@@ -442,7 +446,7 @@ async fn max_rate(
 /// A paced producer and a consumer reading alongside: end-to-end latency.
 async fn fixed_rate(topic: &TopicSpec, target: Target<'_>, settings: &Settings) -> anyhow::Result<Measurement> {
     // linger 0, as latency-minded users (and Kafka's own EndToEndLatency tool) set it.
-    let spec = producer_spec(topic.durability, Duration::ZERO);
+    let spec = producer_spec(WorkloadId::FixedRate, topic.durability, Duration::ZERO);
     let shape = LoadShape {
         partitions: topic.partitions,
         record_bytes: WorkloadId::FixedRate.record_bytes(),
@@ -510,7 +514,8 @@ async fn fixed_rate(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
 
 /// One record at a time: send, wait for the acknowledgement, repeat.
 async fn round_trip(topic: &TopicSpec, target: Target<'_>, settings: &Settings) -> anyhow::Result<Measurement> {
-    let publisher = target.driver.publisher(topic, producer_spec(topic.durability, Duration::ZERO)).await?;
+    let spec = producer_spec(WorkloadId::RoundTrip, topic.durability, Duration::ZERO);
+    let publisher = target.driver.publisher(topic, spec).await?;
     let payload = vec![0x62u8; WorkloadId::RoundTrip.record_bytes()];
     first_ack(publisher.as_ref(), payload.len()).await?;
     let window = Window::after_warmup(settings);
@@ -542,7 +547,8 @@ async fn round_trip(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
 async fn catch_up(topic: &TopicSpec, target: Target<'_>, settings: &Settings) -> anyhow::Result<Measurement> {
     let record_bytes = WorkloadId::CatchUp.record_bytes();
     let records = settings.catch_up_bytes.div_ceil(record_bytes as u64);
-    let publisher = target.driver.publisher(topic, producer_spec(topic.durability, Duration::from_millis(5))).await?;
+    let spec = producer_spec(WorkloadId::CatchUp, topic.durability, Duration::from_millis(5));
+    let publisher = target.driver.publisher(topic, spec).await?;
     let payload = vec![0x63u8; record_bytes];
     let mut pending = FuturesUnordered::new();
     for sent in 0..records {
@@ -635,6 +641,17 @@ mod tests {
         assert_eq!(numbers, [1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(WorkloadId::DurableIngest.durabilities(), &[Durability::Fsync]);
         assert_eq!(WorkloadId::SmallRecords.record_bytes(), 100);
+        assert_eq!(WorkloadId::Replicated.durabilities(), &[Durability::PageCache, Durability::Fsync]);
+        assert_eq!((WorkloadId::Replicated.partitions(), WorkloadId::Replicated.record_bytes()), (16, 1024));
+    }
+
+    #[test]
+    fn acks_all_at_fsync_and_for_every_replicated_run() {
+        let acks_all = |workload, durability| producer_spec(workload, durability, Duration::ZERO).acks_all;
+        assert!(!acks_all(WorkloadId::MaxIngest, Durability::PageCache));
+        assert!(acks_all(WorkloadId::MaxIngest, Durability::Fsync));
+        assert!(acks_all(WorkloadId::Replicated, Durability::PageCache));
+        assert!(acks_all(WorkloadId::Replicated, Durability::Fsync));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! Settings mirror the Weir driver's: `acks=1` and no idempotence for page-cache
 //! runs, `acks=all` with idempotence for fsync runs (on one broker, all = the
-//! leader); `linger.ms` and `batch.size` from the workload; no compression; at
+//! leader) and for every run of the replicated workload (a three-node cluster,
+//! topics with a replication factor and `min.insync.replicas`); `linger.ms` and `batch.size` from the workload; no compression; at
 //! most 5 requests in flight per connection (the Java client's default).
 //! Fsync topics get `flush.messages=1`: the broker fsyncs the log after every
 //! append, before it answers.
@@ -48,9 +49,14 @@ fn admin_options() -> AdminOptions {
 impl Driver for KafkaDriver {
     fn create_topic<'a>(&'a self, topic: &'a TopicSpec) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
-            let mut new_topic = NewTopic::new(&topic.name, topic.partitions, TopicReplication::Fixed(1));
+            let replication = TopicReplication::Fixed(topic.replication_factor.into());
+            let mut new_topic = NewTopic::new(&topic.name, topic.partitions, replication);
             if topic.durability == Durability::Fsync {
                 new_topic = new_topic.set("flush.messages", "1");
+            }
+            let min_insync = topic.min_insync_replicas.map(|replicas| replicas.to_string());
+            if let Some(min_insync) = &min_insync {
+                new_topic = new_topic.set("min.insync.replicas", min_insync);
             }
             let results = self.admin.create_topics([&new_topic], &admin_options()).await?;
             for result in results {
@@ -77,10 +83,9 @@ impl Driver for KafkaDriver {
         spec: ProducerSpec,
     ) -> BoxFuture<'a, anyhow::Result<Box<dyn Publisher>>> {
         async move {
-            let fsync = spec.durability == Durability::Fsync;
             let producer: FutureProducer = base_config(&self.bootstrap_servers)
-                .set("acks", if fsync { "all" } else { "1" })
-                .set("enable.idempotence", if fsync { "true" } else { "false" })
+                .set("acks", if spec.acks_all { "all" } else { "1" })
+                .set("enable.idempotence", if spec.acks_all { "true" } else { "false" })
                 .set("linger.ms", spec.linger.as_millis().to_string())
                 .set("batch.size", spec.batch_bytes_max.to_string())
                 .set("compression.type", "none")
@@ -123,25 +128,34 @@ impl Driver for KafkaDriver {
 }
 
 /// A new topic's partitions get their leaders a moment after CreateTopics answers;
-/// a producer started earlier would only retry. Waits until metadata shows all.
+/// a producer started earlier would only retry. Waits until metadata shows all,
+/// each with its replicas in sync.
 async fn wait_for_leaders(bootstrap_servers: &str, topic: &TopicSpec) -> anyhow::Result<()> {
     let probe: FutureProducer = base_config(bootstrap_servers).create()?;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let name = topic.name.clone();
     let wanted = topic.partitions as usize;
+    let replicas = topic.replication_factor as usize;
     loop {
         let probe = probe.clone();
         let name = name.clone();
         let ready = tokio::task::spawn_blocking(move || {
             let metadata = probe.client().fetch_metadata(Some(&name), Duration::from_secs(5)).ok()?;
             let topic = metadata.topics().first()?;
-            Some(topic.partitions().len() == wanted && topic.partitions().iter().all(|p| p.leader() >= 0))
+            let in_sync = |p: &rdkafka::metadata::MetadataPartition| {
+                p.leader() >= 0 && p.replicas().len() == replicas && p.isr().len() == p.replicas().len()
+            };
+            Some(topic.partitions().len() == wanted && topic.partitions().iter().all(in_sync))
         })
         .await?;
         if ready == Some(true) {
             return Ok(());
         }
-        anyhow::ensure!(std::time::Instant::now() < deadline, "Kafka topic {} has no leaders after 30 s", topic.name);
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "Kafka topic {} has no leader or a short ISR after 30 s",
+            topic.name
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -12,6 +12,9 @@
 //!   `flush.policy=always`, Kafka topic `flush.messages=1`, a NATS server started
 //!   with `sync_interval: always` (a server-wide setting: the harness runs one
 //!   NATS server per durability).
+//! - replication (the replicated workload, Weir and Kafka clusters only): the
+//!   topic's replication factor and `min.insync.replicas`; the producer's
+//!   `acks=all` with idempotence ([`ProducerSpec::acks_all`]).
 //!
 //! Futures are boxed: drivers are chosen at run time, and every system pays the
 //! same two allocations per record.
@@ -50,13 +53,33 @@ pub struct TopicSpec {
     pub name: String,
     pub partitions: i32,
     pub durability: Durability,
+    /// Copies of each partition (1 on a single server).
+    pub replication_factor: i16,
+    /// `min.insync.replicas` (`None`: the system's default, 1).
+    pub min_insync_replicas: Option<i16>,
+}
+
+impl TopicSpec {
+    /// One copy of each partition.
+    pub fn new(name: impl Into<String>, partitions: i32, durability: Durability) -> TopicSpec {
+        TopicSpec { name: name.into(), partitions, durability, replication_factor: 1, min_insync_replicas: None }
+    }
+
+    /// `replication_factor` copies, `min_insync_replicas` of them in sync for `acks=all`.
+    pub fn replicated(mut self, replication_factor: i16, min_insync_replicas: i16) -> TopicSpec {
+        self.replication_factor = replication_factor;
+        self.min_insync_replicas = Some(min_insync_replicas);
+        self
+    }
 }
 
 /// How a producer batches and acknowledges, in Kafka's terms; each driver maps
 /// them onto its client's settings.
 #[derive(Clone, Copy, Debug)]
 pub struct ProducerSpec {
-    pub durability: Durability,
+    /// `acks=all` with idempotence (else `acks=1` without): every fsync run, and
+    /// every run of the replicated workload (the topic carries the durability).
+    pub acks_all: bool,
     /// `linger.ms`.
     pub linger: Duration,
     /// `batch.size`, bytes.

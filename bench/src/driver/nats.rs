@@ -37,6 +37,13 @@ fn context(client: async_nats::Client) -> jetstream::Context {
 impl Driver for NatsDriver {
     fn create_topic<'a>(&'a self, topic: &'a TopicSpec) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
+            // The harness runs single NATS servers only (no JetStream cluster).
+            anyhow::ensure!(
+                topic.replication_factor == 1,
+                "NATS stream {}: the harness runs no NATS cluster for {} replicas",
+                topic.name,
+                topic.replication_factor
+            );
             let config = stream::Config {
                 name: topic.name.clone(),
                 subjects: vec![format!("{}.*", topic.name)],

@@ -23,6 +23,34 @@ impl WeirDriver {
     pub fn admin(&self) -> &client::Admin {
         &self.admin
     }
+
+    /// As the Kafka driver: a replicated topic is ready once every partition has
+    /// a leader and every replica in its ISR.
+    async fn wait_for_replicas(&self, topic: &TopicSpec) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = match self.admin.describe_topic(&topic.name).await {
+                Ok(description) => {
+                    description.partitions.len() == topic.partitions as usize
+                        && description.partitions.iter().all(|partition| {
+                            partition.leader >= 0
+                                && partition.replicas.len() == topic.replication_factor as usize
+                                && partition.isr.len() == partition.replicas.len()
+                        })
+                }
+                Err(_) => false,
+            };
+            if ready {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "Weir topic {} has no leader or a short ISR after 30 s",
+                topic.name
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 fn common(bootstrap_servers: &str) -> client::CommonConfig {
@@ -36,9 +64,17 @@ impl Driver for WeirDriver {
                 Durability::PageCache => "interval",
                 Durability::Fsync => "always",
             };
-            let new_topic =
+            let mut new_topic =
                 client::NewTopic::new(topic.name.clone(), topic.partitions).config("flush.policy", flush_policy);
-            self.admin.create_topic(new_topic).await.with_context(|| format!("create Weir topic {}", topic.name))
+            new_topic.replication_factor = topic.replication_factor;
+            if let Some(min_insync) = topic.min_insync_replicas {
+                new_topic = new_topic.config("min.insync.replicas", min_insync.to_string());
+            }
+            self.admin.create_topic(new_topic).await.with_context(|| format!("create Weir topic {}", topic.name))?;
+            if topic.replication_factor > 1 {
+                self.wait_for_replicas(topic).await?;
+            }
+            Ok(())
         }
         .boxed()
     }
@@ -53,14 +89,13 @@ impl Driver for WeirDriver {
         spec: ProducerSpec,
     ) -> BoxFuture<'a, anyhow::Result<Box<dyn Publisher>>> {
         async move {
-            let fsync = spec.durability == Durability::Fsync;
             let config = client::ProducerConfig {
                 common: common(&self.bootstrap_servers),
-                acks: if fsync { client::Acks::All } else { client::Acks::Leader },
+                acks: if spec.acks_all { client::Acks::All } else { client::Acks::Leader },
                 linger: spec.linger,
                 batch_bytes_max: spec.batch_bytes_max,
                 // As Kafka's producer: idempotence needs acks=all.
-                idempotence: fsync,
+                idempotence: spec.acks_all,
                 ..client::ProducerConfig::default()
             };
             let producer = client::Producer::new(config)?;
