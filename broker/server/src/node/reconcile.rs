@@ -39,6 +39,19 @@ pub(super) struct PartitionMetadata {
     pub partition: u32,
 }
 
+impl PartitionMetadata {
+    /// The file of `topic`'s `partition` in cluster `cluster_id`.
+    pub(super) fn of(cluster_id: &str, topic: &str, topic_id: u64, partition: u32) -> PartitionMetadata {
+        PartitionMetadata {
+            version: PARTITION_METADATA_VERSION,
+            cluster_id: cluster_id.to_owned(),
+            topic_id,
+            topic: topic.to_owned(),
+            partition,
+        }
+    }
+}
+
 impl Node {
     fn read_partition_metadata(&self, directory: &str) -> Option<PartitionMetadata> {
         let path = self.data_dir.join(directory).join(PARTITION_METADATA_FILE);
@@ -291,13 +304,7 @@ impl Node {
             let wanted = state.replicas.contains(&self.broker.id);
             slots.push(match (slot, wanted) {
                 (Slot::Remote, true) => {
-                    let metadata = PartitionMetadata {
-                        version: PARTITION_METADATA_VERSION,
-                        cluster_id: cluster_id.to_owned(),
-                        topic_id: image.topic_id,
-                        topic: name.to_owned(),
-                        partition: index as u32,
-                    };
+                    let metadata = PartitionMetadata::of(cluster_id, name, image.topic_id, index as u32);
                     tracing::info!(topic = %name, partition = index, "a reassignment adds a replica here");
                     self.open_slot(log_dir, offline, &metadata, &log_config)
                 }
@@ -365,13 +372,7 @@ impl Node {
                 slots.push(Slot::Remote);
                 continue;
             }
-            let metadata = PartitionMetadata {
-                version: PARTITION_METADATA_VERSION,
-                cluster_id: cluster_id.to_owned(),
-                topic_id: image.topic_id,
-                topic: name.to_owned(),
-                partition: index as u32,
-            };
+            let metadata = PartitionMetadata::of(cluster_id, name, image.topic_id, index as u32);
             let slot = self.open_slot(log_dir, offline, &metadata, &log_config);
             if let Some(partition) = slot.partition() {
                 partition.take_role(self.broker.id, state, self.leads(state), self.replication_now_ms());

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 
-use super::reconcile::{PartitionMetadata, PARTITION_METADATA_VERSION};
+use super::reconcile::PartitionMetadata;
 use super::*;
 use crate::metadata_store::{MetadataStore, METADATA_FILE_NAME};
 
@@ -105,13 +105,7 @@ impl Node {
                 if !self.environment.storage.exists(&self.data_dir.join(&directory)) {
                     continue;
                 }
-                let metadata = PartitionMetadata {
-                    version: PARTITION_METADATA_VERSION,
-                    cluster_id: cluster_id.clone(),
-                    topic_id: topic.topic_id,
-                    topic: name.clone(),
-                    partition,
-                };
+                let metadata = PartitionMetadata::of(&cluster_id, name, topic.topic_id, partition);
                 self.write_partition_metadata(&directory, &metadata).map_err(failed)?;
                 upgrade.adopted.insert(directory);
             }
