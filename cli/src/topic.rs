@@ -108,7 +108,8 @@ pub enum TopicCommand {
     /// leadership moves to the first named replica if the leader was dropped.
     /// Nothing acknowledged is lost: the move completes only once every new
     /// replica is in sync. Waits, showing progress, until every partition has
-    /// moved; naming a partition's current replicas cancels a move.
+    /// moved; naming the original replicas again cancels a move once they are
+    /// in sync.
     Reassign {
         name: String,
         /// A partition to move (repeatable: each gets the same replicas).
