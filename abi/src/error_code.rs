@@ -121,6 +121,10 @@ error_codes! {
     /// The broker asked does not coordinate this consumer group (it moved, or the
     /// client asked the wrong broker): find the coordinator again and retry.
     NotCoordinator = 35, retriable: true;
+    /// The request carries a leader epoch older than one already recorded for
+    /// the partition: its sender was deposed (a transform task on a former
+    /// leader writing a late checkpoint).
+    FencedLeaderEpoch = 36, retriable: false;
 }
 
 impl ErrorCode {
@@ -181,7 +185,8 @@ mod tests {
 32 PluginNotFound false
 33 PluginInUse false
 34 NetworkError true
-35 NotCoordinator true";
+35 NotCoordinator true
+36 FencedLeaderEpoch false";
         assert_eq!(table.join("\n"), expected);
     }
 

@@ -385,6 +385,129 @@ fn a_transform_runs_on_the_leader_of_each_input_partition_and_survives_a_kill() 
     assert!(ok, "{stderr}");
 }
 
+/// Transform checkpoints are replicated: when the leader of an input
+/// partition is killed, the task on the new leader resumes from the last
+/// committed checkpoint (not from the start), and the outputs hold every input
+/// record once. Without replicated checkpoints the new leader's task starts
+/// over, and its outputs' idempotent sequences no longer line up.
+#[test]
+fn a_transform_stays_exactly_once_when_the_leaders_of_its_input_are_killed() {
+    let mut cluster = Cluster::start(3);
+    wait_for(&cluster, "three active brokers", || {
+        let status = json(&cluster.address(1), &["cluster", "status"])?;
+        let active = status["brokers"].as_array()?.iter().filter(|broker| broker["state"] == "active").count();
+        (active == 3).then_some(())
+    });
+    for (topic, partitions) in [("events", "3"), ("eu", "1"), ("elsewhere", "2")] {
+        let create = [
+            "topic",
+            "create",
+            topic,
+            "--partitions",
+            partitions,
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+        ];
+        let (ok, _, stderr) = weir(&cluster.address(1), &create, None);
+        assert!(ok, "{stderr}");
+    }
+    let upload = ["plugin", "upload", &plugin_file("route_transform"), "--name", "route"];
+    let (ok, _, stderr) = weir(&cluster.address(1), &upload, None);
+    assert!(ok, "{stderr}");
+    let regions = ["eu", "us", "ap"];
+    let mut produced = 0;
+    let mut produce = |cluster: &Cluster, via: usize, count: usize| {
+        let input: String = (produced..produced + count)
+            .map(|n| format!("{{\"n\":{n},\"region\":\"{}\"}}\n", regions[n % 3]))
+            .collect();
+        let (ok, stdout, stderr) = weir(&cluster.address(via), &["produce", "events", "--acks", "all"], Some(&input));
+        assert!(ok && stdout.contains(&format!("{count} record(s) acknowledged")), "{stdout}{stderr}");
+        produced += count;
+    };
+    produce(&cluster, 1, 3000);
+    let deploy = [
+        "transform",
+        "deploy",
+        "route",
+        "--plugin",
+        "route",
+        "--input",
+        "events",
+        "--output",
+        "eu",
+        "--output",
+        "elsewhere",
+        "--from",
+        "earliest",
+        "--config",
+        "field=region",
+        "--config",
+        "match=eu",
+    ];
+    let (ok, _, stderr) = weir(&cluster.address(2), &deploy, None);
+    assert!(ok, "{stderr}");
+    for cycle in 0..3 {
+        let via = 1 + cycle % 3;
+        wait_for(&cluster, "the transform caught up", || transform_caught_up(&cluster.address(via), "route"));
+        // More input, then kill -9 the leader of events-0 while its task
+        // works through it.
+        let (leader, _) =
+            wait_for(&cluster, "a leader", || leader_and_isr(&cluster, via, "events", 0).filter(|(l, _)| *l > 0));
+        let leader = leader as usize;
+        let other = (1..=3).find(|id| *id != leader).unwrap();
+        produce(&cluster, other, 3000);
+        cluster.kill(leader);
+        wait_for(&cluster, "a new leader of events-0", || {
+            leader_and_isr(&cluster, other, "events", 0).filter(|(next, _)| *next > 0 && *next != leader as i64)
+        });
+        produce(&cluster, other, 1000);
+        cluster.restart(leader);
+        wait_for(&cluster, "every replica of the input back in sync", || {
+            let synced = (0..3).all(|partition| {
+                leader_and_isr(&cluster, other, "events", partition).is_some_and(|(_, isr)| isr.len() == 3)
+            });
+            synced.then_some(())
+        });
+    }
+    for id in 1..=3 {
+        wait_for(&cluster, &format!("the transform caught up, seen from broker {id}"), || {
+            transform_caught_up(&cluster.address(id), "route")
+        });
+    }
+    let mut seen = Vec::new();
+    for topic in ["eu", "elsewhere"] {
+        for line in consume_all(&cluster.address(3), topic) {
+            let value: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(value["region"] == "eu", topic == "eu", "{topic}: {line}");
+            seen.push(value["n"].as_u64().unwrap());
+        }
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..produced as u64).collect::<Vec<u64>>(), "every input once, none twice\n{}", cluster.logs());
+
+    // The checkpoints are a group's offsets: readable, not writable by clients.
+    let groups = json(&cluster.address(1), &["group", "list"]).unwrap();
+    let group = groups.as_array().unwrap().iter().find_map(|group| {
+        let id = group["group_id"].as_str()?;
+        id.starts_with("__transform.route.").then(|| id.to_owned())
+    });
+    let group = group.unwrap_or_else(|| panic!("no checkpoint group in {groups}"));
+    let description = json(&cluster.address(2), &["group", "describe", &group]).unwrap();
+    assert!(description.to_string().contains("\"events\""), "{description}");
+    let reset = ["group", "reset-offsets", &group, "--topic", "events", "--to-earliest"];
+    let (ok, _, stderr) = weir(&cluster.address(3), &reset, None);
+    assert!(!ok && stderr.contains("transform checkpoints"), "{stderr}");
+    // Deleting the deployment deletes its checkpoints.
+    let (ok, _, stderr) = weir(&cluster.address(2), &["transform", "delete", "route"], None);
+    assert!(ok, "{stderr}");
+    wait_for(&cluster, "the checkpoint group gone", || {
+        let groups = json(&cluster.address(1), &["group", "list"])?;
+        (!groups.to_string().contains("__transform.route.")).then_some(())
+    });
+}
+
 #[test]
 fn followers_copy_their_leaders_logs_byte_for_byte_and_catch_up_after_a_kill() {
     let mut cluster = Cluster::start(3);

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use broker_core::group::assignor::TopicPartition;
 use broker_core::group::coordinator::{
     CommitRequest, Coordinator, CoordinatorConfig, GroupError, GroupState, HeartbeatRequest, JOIN_EPOCH, LEAVE_EPOCH,
+    OFFSET_METADATA_BYTES_MAX,
 };
 use broker_core::group::record::GroupRecord;
 
@@ -213,6 +214,7 @@ fn commits_are_fenced_by_member_epoch_and_replay_rebuilds_the_same_state() {
         member_id: member.clone(),
         member_epoch,
         offsets: vec![(owned[0].clone(), 42, "after batch 7".to_owned())],
+        leader_epoch: None,
     };
     let records = harness.coordinator.commit_offsets(&commit(epoch), harness.now_ms).unwrap();
     harness.apply(records);
@@ -337,4 +339,59 @@ fn new_groups_past_groups_max_are_refused_and_existing_ones_keep_working() {
     let commit = CommitRequest { group_id: "e".to_owned(), ..CommitRequest::default() };
     assert_eq!(coordinator.commit_offsets(&commit, 0).unwrap_err(), GroupError::TooManyGroups(3));
     assert!(coordinator.heartbeat(&join("a"), &counts).is_ok(), "an existing group takes members");
+}
+
+/// Transform checkpoints are commits fenced by the input partition's leader
+/// epoch: a task on a deposed leader cannot overwrite its successor's, the
+/// epoch survives replay, and such offsets never expire with the group empty.
+#[test]
+fn commits_carrying_a_leader_epoch_are_fenced_by_it_and_do_not_expire() {
+    let mut harness = Harness::new(2);
+    let partition = TopicPartition { topic: "orders".to_owned(), partition: 0 };
+    let checkpoint = |offset: i64, leader_epoch: Option<i32>| CommitRequest {
+        group_id: "__transform.route.1000".to_owned(),
+        member_id: String::new(),
+        member_epoch: -1,
+        offsets: vec![(partition.clone(), offset, format!("{{\"at\":{offset}}}"))],
+        leader_epoch,
+    };
+    let records = harness.coordinator.commit_offsets(&checkpoint(10, Some(4)), harness.now_ms).unwrap();
+    harness.apply(records);
+    let records = harness.coordinator.commit_offsets(&checkpoint(20, Some(5)), harness.now_ms).unwrap();
+    harness.apply(records);
+    // The task of epoch 4, late: refused, and nothing changed.
+    let late = harness.coordinator.commit_offsets(&checkpoint(15, Some(4)), harness.now_ms).unwrap_err();
+    assert_eq!(late, GroupError::FencedLeaderEpoch { topic: "orders".to_owned(), partition: 0, sent: 4, stored: 5 });
+    // The same epoch (a restarted task on the same leader) goes on.
+    let records = harness.coordinator.commit_offsets(&checkpoint(25, Some(5)), harness.now_ms).unwrap();
+    harness.apply(records);
+
+    // A coordinator rebuilt from the log fences the same way.
+    let mut replayed = Coordinator::new(CoordinatorConfig::default());
+    harness.log.iter().for_each(|record| replayed.replay(record));
+    let stored = replayed.fetch_offsets("__transform.route.1000", Some(std::slice::from_ref(&partition))).unwrap();
+    assert_eq!((stored[0].1.offset, stored[0].1.leader_epoch, &stored[0].1.metadata[..]), (25, Some(5), "{\"at\":25}"));
+    assert!(matches!(
+        replayed.commit_offsets(&checkpoint(30, Some(3)), harness.now_ms),
+        Err(GroupError::FencedLeaderEpoch { sent: 3, stored: 5, .. })
+    ));
+
+    // Long past the retention, an empty group's plain offsets expire; the
+    // fenced ones stay (their deployment deletes them).
+    let plain = CommitRequest { group_id: "tools".to_owned(), leader_epoch: None, ..checkpoint(3, None) };
+    let records = harness.coordinator.commit_offsets(&plain, harness.now_ms).unwrap();
+    harness.apply(records);
+    let retention = CoordinatorConfig::default().offsets_retention_ms;
+    let records = harness.coordinator.expire(harness.now_ms + retention + 1, &harness.partition_counts);
+    harness.apply(records);
+    assert!(harness.coordinator.fetch_offsets("tools", None).unwrap().is_empty());
+    assert_eq!(harness.coordinator.fetch_offsets("__transform.route.1000", None).unwrap().len(), 1);
+
+    // Metadata is bounded (it is stored with a u16 length).
+    let mut oversized = checkpoint(40, Some(6));
+    oversized.offsets[0].2 = "x".repeat(OFFSET_METADATA_BYTES_MAX + 1);
+    assert!(matches!(
+        harness.coordinator.commit_offsets(&oversized, harness.now_ms),
+        Err(GroupError::InvalidRequest(message)) if message.contains("at most")
+    ));
 }

@@ -100,6 +100,7 @@ impl From<GroupError> for ApiError {
             GroupError::NonEmptyGroup(_) => ErrorCode::NonEmptyGroup,
             GroupError::InvalidRequest(_) => ErrorCode::InvalidRequest,
             GroupError::TooManyGroups(_) => ErrorCode::ResourceExhausted,
+            GroupError::FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
         };
         ApiError::new(code, error.to_string())
     }

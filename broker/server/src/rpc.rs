@@ -493,6 +493,7 @@ impl broker::Server for BrokerService {
                 member_id: text(reader.get_member_id()?)?,
                 member_epoch: reader.get_member_epoch(),
                 offsets: read_offset_entries(reader.get_offsets()?)?,
+                leader_epoch: None,
             }
         };
         drop(params);

@@ -8,21 +8,30 @@
 //! output batch to the leader of its output partition, here or on another
 //! broker (`Node` forwards it).
 //!
-//! Exactly once, across restarts: each (deployment, input partition) produces
-//! with its own idempotent producer id (in the deployment), one batch per
-//! output partition per input batch, and checkpoints the next input offset
-//! together with the next sequence number of every output partition after the
-//! outputs are acknowledged. After a crash the task resumes from the last
-//! checkpoint and re-runs at most the input batch in flight; plugins are
-//! deterministic (no clock or randomness), so it produces the same batches with
-//! the same sequence numbers, which the output leaders recognise as duplicates.
-//! Checkpoints are files of the broker that leads the input partition; a
-//! checkpoint names the producer id it belongs to, so one left by an older
-//! deployment of the same name is never taken for this one's. This is exactly
-//! once only while leadership of an input partition never moves to another
-//! broker, which holds while its ISR is the leader alone (no replication yet);
-//! with followers, checkpoints must move into replicated storage and the
-//! producer epoch must fence a deposed leader's task.
+//! Exactly once, across restarts and failovers: each (deployment, input
+//! partition) produces with its own idempotent producer id (in the
+//! deployment), one batch per output partition per input batch, and
+//! checkpoints the next input offset together with the next sequence number of
+//! every output partition after the outputs are acknowledged. After a crash or
+//! a failover the task resumes from the last checkpoint and re-runs what came
+//! after it; plugins are deterministic (no clock or randomness) and replicas
+//! hold the same committed records at the same offsets, so it produces the
+//! same batches with the same sequence numbers, which the output leaders
+//! recognise as duplicates (a cached one is answered with its offsets, an
+//! older one with `DuplicateSequence`, both taken as written).
+//!
+//! Checkpoints live in replicated storage: each is the offset committed by
+//! group [`checkpoint_group`] for the input partition, in `__consumer_offsets`,
+//! with the sequences in its metadata, written through the group's
+//! coordinator (on this broker or forwarded to it). A commit carries the input
+//! partition's leader epoch the task started under, and the coordinator
+//! refuses one older than the stored checkpoint's (`FencedLeaderEpoch`): a task
+//! still running on a deposed leader cannot move its successor's checkpoint
+//! back, and stops. A checkpoint names the producer id it belongs to, and the
+//! group is named after the deployment's producer ids, so one left by an older
+//! deployment of the same name is never taken for this one's. Brokers before
+//! replication kept checkpoints as files; a task with no replicated
+//! checkpoint takes its file's, once.
 //!
 //! Output partitions come from the output topic's partitioner: its partitioner
 //! plugin if it has one, else Kafka murmur2 of the output key — so a transform
@@ -84,8 +93,30 @@ pub struct LegacyDeployment {
     pub producer_ids: BTreeMap<i32, i64>,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// Where a task is: the next input offset, and the next sequence number of
+/// each output partition it wrote to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Checkpoint {
+    next_offset: i64,
+    /// (output topic, partition) → the next sequence number.
+    sequences: BTreeMap<(String, i32), i32>,
+    /// The latest replay this partition carried out (see `TransformImage::replay`).
+    replay_generation: u64,
+}
+
+/// A checkpoint as committed: the metadata of the group's offset (the offset
+/// is `next_offset`), kept small (it is bounded by the coordinator).
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredCheckpoint {
+    producer_id: i64,
+    replay_generation: u64,
+    /// Output topic → (partition, next sequence number).
+    sequences: BTreeMap<String, Vec<(i32, i32)>>,
+}
+
+/// A checkpoint file of a broker from before replication.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct LegacyCheckpoint {
     next_offset: i64,
     /// "topic/partition" → the next sequence number.
     sequences: BTreeMap<String, i32>,
@@ -93,9 +124,66 @@ struct Checkpoint {
     /// the upgrade, and rewritten by it).
     #[serde(default)]
     producer_id: Option<i64>,
-    /// The latest replay this partition carried out (see `TransformImage::replay`).
     #[serde(default)]
     replay_generation: u64,
+}
+
+impl Checkpoint {
+    fn to_metadata(&self, producer_id: i64) -> String {
+        let mut sequences: BTreeMap<String, Vec<(i32, i32)>> = BTreeMap::new();
+        for ((topic, partition), sequence) in &self.sequences {
+            sequences.entry(topic.clone()).or_default().push((*partition, *sequence));
+        }
+        let stored = StoredCheckpoint { producer_id, replay_generation: self.replay_generation, sequences };
+        serde_json::to_string(&stored).unwrap_or_default()
+    }
+
+    /// The checkpoint committed as `offset` with `metadata`, if it belongs to
+    /// `producer_id`.
+    fn from_stored(offset: i64, metadata: &str, producer_id: i64) -> Option<Checkpoint> {
+        let stored: StoredCheckpoint = serde_json::from_str(metadata).ok()?;
+        let sequences = stored.sequences.into_iter().flat_map(|(topic, partitions)| {
+            partitions.into_iter().map(move |(partition, sequence)| ((topic.clone(), partition), sequence))
+        });
+        (stored.producer_id == producer_id).then(|| Checkpoint {
+            next_offset: offset,
+            sequences: sequences.collect(),
+            replay_generation: stored.replay_generation,
+        })
+    }
+
+    fn from_legacy(legacy: LegacyCheckpoint, producer_id: i64) -> Option<Checkpoint> {
+        let sequences = legacy.sequences.into_iter().filter_map(|(key, sequence)| {
+            let (topic, partition) = key.rsplit_once('/')?;
+            Some(((topic.to_owned(), partition.parse().ok()?), sequence))
+        });
+        (legacy.producer_id == Some(producer_id)).then(|| Checkpoint {
+            next_offset: legacy.next_offset,
+            sequences: sequences.collect(),
+            replay_generation: legacy.replay_generation,
+        })
+    }
+}
+
+/// The group whose committed offsets are the checkpoints of deployment
+/// `entry` (readable with `weir group describe`, refused to clients' writes).
+pub fn checkpoint_group(entry: &TransformEntry) -> String {
+    format!("{CHECKPOINT_GROUP_PREFIX}{}.{}", entry.name, entry.producer_ids.first().copied().unwrap_or(-1))
+}
+
+/// Groups named so hold transform checkpoints.
+pub const CHECKPOINT_GROUP_PREFIX: &str = "__transform.";
+
+/// A checkpoint operation, carried out by the coordinator of its group (see
+/// [`TransformHost::checkpoint`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CheckpointCall {
+    /// The offset and metadata committed for `topic`-`partition`, if any.
+    Load { group_id: String, topic: String, partition: u32 },
+    /// Commits them, fenced by `leader_epoch`.
+    Save { group_id: String, topic: String, partition: u32, offset: i64, metadata: String, leader_epoch: i32 },
+    /// Deletes the group (its deployment is gone); no group is no error.
+    Delete { group_id: String },
 }
 
 /// Progress of one input partition, shared with its task.
@@ -132,26 +220,30 @@ struct Running {
 /// One running partition task.
 struct Task {
     handle: tokio::task::AbortHandle,
+    /// The input partition's leader epoch it started under.
+    leader_epoch: i32,
     progress: Arc<Progress>,
     /// Whether the task may still write its checkpoint; see [`Task::stop`].
     alive: Arc<Mutex<bool>>,
 }
 
 impl Task {
-    /// Stops the task. Once this returns the task writes no checkpoint again
-    /// (a write in progress finished first), so a successor, or the deletion
-    /// of the deployment's files, never races it.
+    /// Stops the task. Once this returns the task starts no checkpoint write
+    /// again (one already sent may still land: it holds what the task's
+    /// outputs hold, so its successor, which re-runs from an older one, only
+    /// meets its own duplicates).
     fn stop(&self) {
         *lock(&self.alive) = false;
         self.handle.abort();
     }
 }
 
-/// A deployed transform, and the input partitions this broker leads.
+/// A deployed transform, and the input partitions this broker leads (each
+/// with its leader epoch).
 #[derive(Clone, Debug)]
 pub struct Wanted {
     pub transform: TransformImage,
-    pub led: Vec<i32>,
+    pub led: BTreeMap<i32, i32>,
 }
 
 /// What one broker reports of a deployment: its state there and the input
@@ -233,6 +325,11 @@ impl From<TransformsError> for ApiError {
 }
 
 impl TransformsError {
+    /// Whether a newer task of the partition's next leader fenced this one.
+    fn is_fenced(&self) -> bool {
+        matches!(self, TransformsError::Broker(error) if error.code == ErrorCode::FencedLeaderEpoch)
+    }
+
     /// The reason alone (a transform's status line shows it).
     pub fn message(&self) -> String {
         match self {
@@ -282,6 +379,12 @@ pub trait TransformHost: Send + Sync + 'static {
         buffers: &mut Vec<Vec<u8>>,
     ) -> impl std::future::Future<Output = Vec<Result<Fetched, ApiError>>> + Send;
     fn produce(&self, request: ProduceRequest) -> impl std::future::Future<Output = Result<Produced, ApiError>> + Send;
+    /// Carries out `call` at the coordinator of its group: the committed
+    /// (offset, metadata) for `Load`, `None` otherwise.
+    fn checkpoint(
+        &self,
+        call: CheckpointCall,
+    ) -> impl std::future::Future<Output = Result<Option<(i64, String)>, ApiError>> + Send;
 }
 
 impl Transforms {
@@ -318,7 +421,7 @@ impl Transforms {
         for (&partition, &producer_id) in &deployment.producer_ids {
             let path = self.checkpoint_path(&deployment.name, partition);
             let Ok(Some(bytes)) = read_whole(&self.environment, &path) else { continue };
-            let Ok(mut checkpoint) = serde_json::from_slice::<Checkpoint>(&bytes) else { continue };
+            let Ok(mut checkpoint) = serde_json::from_slice::<LegacyCheckpoint>(&bytes) else { continue };
             if checkpoint.producer_id.is_none() {
                 checkpoint.producer_id = Some(producer_id);
                 write_checkpoint(&self.environment, &path, &checkpoint)?;
@@ -391,6 +494,20 @@ impl Transforms {
                         let _ = self.environment.storage.remove_file(&self.checkpoint_path(&name, partition));
                     }
                 }
+                // The brokers that ran its tasks delete its checkpoints, unless
+                // a redeployment of the name keeps them (same producer ids).
+                let group_id = checkpoint_group(&old.entry);
+                let kept = wanted.get(&name).is_some_and(|new| checkpoint_group(&new.transform.entry) == group_id);
+                if !kept && !old.tasks.is_empty() {
+                    if let Some(runtime) = lock(&self.runtime).as_ref() {
+                        let node = node.clone();
+                        runtime.spawn(async move {
+                            if let Err(error) = node.checkpoint(CheckpointCall::Delete { group_id }).await {
+                                tracing::warn!(%error, transform = %name, "checkpoints of a deleted transform left");
+                            }
+                        });
+                    }
+                }
             }
             for (name, wanted) in &wanted {
                 let control = Control::of(&wanted.transform);
@@ -401,34 +518,36 @@ impl Transforms {
                     tasks: BTreeMap::new(),
                 });
                 deployment.control.send_if_modified(|current| std::mem::replace(current, control) != control);
+                // A task whose partition's leader epoch moved on (it was led
+                // elsewhere in between) restarts under the new one.
                 deployment.tasks.retain(|partition, task| {
-                    let keep = wanted.led.contains(partition) && !task.handle.is_finished();
+                    let keep = wanted.led.get(partition) == Some(&task.leader_epoch) && !task.handle.is_finished();
                     if !keep {
                         task.stop();
                     }
                     keep
                 });
-                let missing = wanted.led.iter().filter(|partition| !deployment.tasks.contains_key(partition));
-                to_start.extend(missing.map(|&partition| (name.clone(), partition)));
+                let missing = wanted.led.iter().filter(|(partition, _)| !deployment.tasks.contains_key(partition));
+                to_start.extend(missing.map(|(&partition, &epoch)| (name.clone(), partition, epoch)));
             }
         }
         // Outside it: start the plugin instances.
-        let started: Vec<(String, i32, Result<Plugin, ApiError>)> = to_start
+        let started: Vec<(String, i32, i32, Result<Plugin, ApiError>)> = to_start
             .into_iter()
-            .map(|(name, partition)| {
+            .map(|(name, partition, epoch)| {
                 let entry = &wanted[&name].transform.entry;
                 let plugin = node.start_transform_plugin(&entry.plugin, entry.config.clone());
-                (name, partition, plugin)
+                (name, partition, epoch, plugin)
             })
             .collect();
         // Under the lock again: spawn them (unless the broker stopped meanwhile).
         let runtime = lock(&self.runtime).clone();
         let mut running = lock(&self.running);
-        for (name, partition, plugin) in started {
+        for (name, partition, leader_epoch, plugin) in started {
             let Some(deployment) = running.get_mut(&name) else { continue };
             match (plugin, &runtime) {
                 (Ok(plugin), Some(runtime)) => {
-                    let task = self.spawn(node, deployment, partition, plugin, runtime);
+                    let task = self.spawn(node, deployment, (partition, leader_epoch), plugin, runtime);
                     deployment.tasks.insert(partition, task);
                 }
                 (Ok(_), None) => {}
@@ -451,7 +570,7 @@ impl Transforms {
         &self,
         node: &Arc<H>,
         deployment: &Running,
-        partition: i32,
+        (partition, leader_epoch): (i32, i32),
         plugin: Plugin,
         runtime: &tokio::runtime::Handle,
     ) -> Task {
@@ -467,11 +586,14 @@ impl Transforms {
             progress: progress.clone(),
             control: deployment.control.subscribe(),
             state: deployment.state.clone(),
-            checkpoint_path: self.checkpoint_path(&entry.name, partition),
+            group_id: checkpoint_group(entry),
+            leader_epoch,
+            legacy_path: self.checkpoint_path(&entry.name, partition),
+            legacy_left: true,
             environment: self.environment.clone(),
             alive: alive.clone(),
         };
-        Task { handle: runtime.spawn(task.run()).abort_handle(), progress, alive }
+        Task { handle: runtime.spawn(task.run()).abort_handle(), leader_epoch, progress, alive }
     }
 
     /// What this broker runs of each deployment (see [`LocalStatus`]).
@@ -523,7 +645,11 @@ pub fn check_spec(spec: &TransformSpec) -> Result<(), TransformsError> {
     broker_core::cluster::check_transform_entry(&entry).map_err(invalid)
 }
 
-fn write_checkpoint(environment: &Environment, path: &Path, checkpoint: &Checkpoint) -> Result<(), TransformsError> {
+fn write_checkpoint(
+    environment: &Environment,
+    path: &Path,
+    checkpoint: &LegacyCheckpoint,
+) -> Result<(), TransformsError> {
     let bytes = serde_json::to_vec(checkpoint).map_err(|error| storage("encode a checkpoint", error))?;
     write_atomically(environment, path, &bytes).map_err(|error| storage("write a checkpoint", error))
 }
@@ -538,7 +664,14 @@ struct PartitionTask<H> {
     progress: Arc<Progress>,
     control: watch::Receiver<Control>,
     state: Arc<Mutex<String>>,
-    checkpoint_path: PathBuf,
+    /// Where its checkpoints are committed ([`checkpoint_group`]).
+    group_id: String,
+    /// The input partition's leader epoch it runs under: fences its commits.
+    leader_epoch: i32,
+    /// Its checkpoint file from before replication, and whether it may still
+    /// be there.
+    legacy_path: PathBuf,
+    legacy_left: bool,
     environment: Environment,
     /// See [`Task::stop`].
     alive: Arc<Mutex<bool>>,
@@ -554,12 +687,61 @@ impl<H: TransformHost> PartitionTask<H> {
         Ok(self.node.list_offset(&self.entry.input_topic, self.partition, query)?.0)
     }
 
-    fn save(&self, checkpoint: &Checkpoint) -> Result<(), TransformsError> {
-        let alive = lock(&self.alive);
-        if !*alive {
+    /// Commits `checkpoint` (see the module docs).
+    async fn save(&self, checkpoint: &Checkpoint) -> Result<(), TransformsError> {
+        if !*lock(&self.alive) {
             return Err(TransformsError::Stopped);
         }
-        write_checkpoint(&self.environment, &self.checkpoint_path, checkpoint)
+        let call = CheckpointCall::Save {
+            group_id: self.group_id.clone(),
+            topic: self.entry.input_topic.clone(),
+            partition: self.partition as u32,
+            offset: checkpoint.next_offset,
+            metadata: checkpoint.to_metadata(self.producer_id),
+            leader_epoch: self.leader_epoch,
+        };
+        self.node.checkpoint(call).await?;
+        Ok(())
+    }
+
+    /// The last checkpoint of this deployment's partition: the committed one,
+    /// else (once, after the upgrade) the file of a broker from before
+    /// replication; `None` for a first start. Waits while the group's
+    /// coordinator cannot answer: running without it could redo work.
+    async fn load(&mut self) -> Option<Checkpoint> {
+        let call = CheckpointCall::Load {
+            group_id: self.group_id.clone(),
+            topic: self.entry.input_topic.clone(),
+            partition: self.partition as u32,
+        };
+        loop {
+            match self.node.checkpoint(call.clone()).await {
+                Ok(Some((offset, metadata))) => return Checkpoint::from_stored(offset, &metadata, self.producer_id),
+                Ok(None) => break,
+                Err(error) => {
+                    self.fail(format!("reading its checkpoint: {}", error.message));
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+            }
+        }
+        let legacy = read_whole(&self.environment, &self.legacy_path)
+            .ok()
+            .flatten()
+            .and_then(|bytes| serde_json::from_slice::<LegacyCheckpoint>(&bytes).ok());
+        legacy.and_then(|legacy| Checkpoint::from_legacy(legacy, self.producer_id))
+    }
+
+    /// Ends the task: a newer leader's task committed its checkpoint.
+    fn fenced(&self) {
+        tracing::info!(transform = %self.entry.name, partition = self.partition, "transform task deposed; stopping");
+    }
+
+    /// Deletes the file checkpoint of a broker from before replication, once a
+    /// replicated one is committed.
+    fn forget_legacy(&mut self) {
+        if std::mem::take(&mut self.legacy_left) {
+            let _ = self.environment.storage.remove_file(&self.legacy_path);
+        }
     }
 
     fn fail(&self, message: String) {
@@ -573,20 +755,12 @@ impl<H: TransformHost> PartitionTask<H> {
 
     async fn run(mut self) {
         // This deployment's checkpoint, if there is one.
-        let stored = read_whole(&self.environment, &self.checkpoint_path)
-            .ok()
-            .flatten()
-            .and_then(|bytes| serde_json::from_slice::<Checkpoint>(&bytes).ok())
-            .filter(|checkpoint| checkpoint.producer_id == Some(self.producer_id));
+        let stored = self.load().await;
         // A replay recorded while this partition was not running here still
         // happens, once (a first start resolves the deployment's start offset).
         let mut generation = stored.as_ref().map_or(0, |checkpoint| checkpoint.replay_generation);
-        let mut checkpoint = stored.unwrap_or_else(|| Checkpoint {
-            next_offset: -1,
-            sequences: BTreeMap::new(),
-            producer_id: Some(self.producer_id),
-            replay_generation: 0,
-        });
+        let mut checkpoint =
+            stored.unwrap_or_else(|| Checkpoint { next_offset: -1, sequences: BTreeMap::new(), replay_generation: 0 });
         let mut starting = checkpoint.next_offset < 0;
         let mut buffers = vec![Vec::new()];
         loop {
@@ -596,8 +770,10 @@ impl<H: TransformHost> PartitionTask<H> {
                     Ok(offset) => {
                         checkpoint.next_offset = offset;
                         checkpoint.replay_generation = control.generation;
-                        if let Err(error) = self.save(&checkpoint) {
-                            self.fail(error.message());
+                        match self.save(&checkpoint).await {
+                            Ok(()) => self.forget_legacy(),
+                            Err(error) if error.is_fenced() => return self.fenced(),
+                            Err(error) => self.fail(error.message()),
                         }
                         generation = control.generation;
                         starting = false;
@@ -647,6 +823,7 @@ impl<H: TransformHost> PartitionTask<H> {
                 loop {
                     match self.process_batch(&view, &mut checkpoint).await {
                         Ok(()) => break,
+                        Err(error) if error.is_fenced() => return self.fenced(),
                         Err(error) => {
                             self.fail(error.message());
                             tokio::time::sleep(RETRY_PAUSE).await;
@@ -675,7 +852,7 @@ impl<H: TransformHost> PartitionTask<H> {
         }
         if view.attributes().is_control() {
             checkpoint.next_offset = next_after;
-            return self.save(checkpoint);
+            return self.save(checkpoint).await;
         }
         let stored = pack_view(view, view.base_offset())?;
         // Only records at or past the checkpoint (a batch may straddle it).
@@ -717,19 +894,26 @@ impl<H: TransformHost> PartitionTask<H> {
         let mut emitted = 0;
         for ((topic_index, partition), builder) in batches {
             let topic = self.entry.output_topics[topic_index].clone();
-            let key = format!("{topic}/{partition}");
+            let key = (topic.clone(), partition);
             let sequence = sequences.get(&key).copied().unwrap_or(0);
             let builder = builder.producer(self.producer_id, 0, sequence);
             let request =
                 ProduceRequest { topic, partition, acks: Acks::All, timeout_ms: 30_000, batches: builder.encode() };
-            self.node.produce(request).await?;
+            match self.node.produce(request).await {
+                // Older than the leader's cached batches: written before (by
+                // this task before a crash, or by a deposed leader's).
+                Ok(_) => {}
+                Err(error) if error.code == ErrorCode::DuplicateSequence => {}
+                Err(error) => return Err(error.into()),
+            }
             let next = ((sequence as i64 + builder.record_count() as i64) % (i32::MAX as i64 + 1)) as i32;
             sequences.insert(key, next);
             emitted += builder.record_count() as u64;
         }
         checkpoint.sequences = sequences;
         checkpoint.next_offset = next_after;
-        self.save(checkpoint)?;
+        self.save(checkpoint).await?;
+        self.forget_legacy();
         self.progress.processed.fetch_add(count, Ordering::Relaxed);
         self.progress.emitted.fetch_add(emitted, Ordering::Relaxed);
         self.progress.next_offset.store(next_after, Ordering::Relaxed);

@@ -101,6 +101,7 @@ fn a_node_runs_on_memory_storage_and_manual_time_and_keeps_what_it_acknowledged(
             member_id: String::new(),
             member_epoch: -1,
             offsets: vec![(TopicPartition { topic: "orders".to_owned(), partition: 0 }, 5, String::new())],
+            leader_epoch: None,
         };
         node.commit_offsets(&commit).await.unwrap();
         // Crash: no shutdown, and whatever was not synced is gone.

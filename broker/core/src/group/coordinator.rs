@@ -43,6 +43,9 @@ pub const JOIN_EPOCH: i32 = 0;
 pub const LEAVE_EPOCH: i32 = -1;
 /// Longest group id.
 pub const GROUP_ID_BYTES_MAX: usize = 249;
+/// Longest metadata string committed with an offset (Kafka's
+/// `offset.metadata.max.bytes` is 4 KiB; transform checkpoints need more).
+pub const OFFSET_METADATA_BYTES_MAX: usize = 32 * 1024;
 
 /// Coordinator settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,7 +56,8 @@ pub struct CoordinatorConfig {
     /// How often members are told to heartbeat.
     pub heartbeat_interval_ms: u32,
     pub assignor_default: AssignorKind,
-    /// Committed offsets of a group without members expire after this.
+    /// Committed offsets of a group without members expire after this (those
+    /// committed with a leader epoch, transform checkpoints, do not).
     pub offsets_retention_ms: i64,
     /// Most members of one group (`group.max.size`).
     pub group_members_max: usize,
@@ -94,6 +98,8 @@ pub enum GroupError {
     NonEmptyGroup(String),
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    #[error("{topic}-{partition} was committed under leader epoch {stored}; this commit carries {sent}: its sender was deposed")]
+    FencedLeaderEpoch { topic: String, partition: u32, sent: i32, stored: i32 },
     #[error(
         "the coordinator already holds {0} groups, the most allowed; delete unused groups or wait for them to expire"
     )]
@@ -135,6 +141,11 @@ pub struct CommitRequest {
     pub member_id: String,
     pub member_epoch: i32,
     pub offsets: Vec<(TopicPartition, i64, String)>,
+    /// The committed partitions' leader epoch as the committer read them, if
+    /// it is one that must be fenced by it (a transform task's checkpoint):
+    /// the commit is refused with [`GroupError::FencedLeaderEpoch`] when an
+    /// offset stored for one of them carries a newer epoch.
+    pub leader_epoch: Option<i32>,
 }
 
 /// A group's state as `describe` reports it.
@@ -690,8 +701,11 @@ impl Coordinator {
                 records.extend(changes.records);
             }
             if group.members.is_empty() {
+                // Offsets fenced by a leader epoch are transform checkpoints:
+                // they live as long as their deployment, which deletes them.
                 for (partition, offset) in &group.offsets {
-                    if now_ms - offset.commit_timestamp_ms > self.config.offsets_retention_ms {
+                    let expired = now_ms - offset.commit_timestamp_ms > self.config.offsets_retention_ms;
+                    if expired && offset.leader_epoch.is_none() {
                         records.push(GroupRecord::Offset {
                             group_id: group_id.clone(),
                             topic: partition.topic.clone(),
@@ -761,11 +775,29 @@ impl Coordinator {
             if *offset < 0 {
                 return Err(GroupError::InvalidRequest(format!("offset {offset} for {partition:?} is negative")));
             }
+            if metadata.len() > OFFSET_METADATA_BYTES_MAX {
+                let length = metadata.len();
+                return Err(GroupError::InvalidRequest(format!(
+                    "the metadata committed for {partition:?} is {length} bytes; at most {OFFSET_METADATA_BYTES_MAX}"
+                )));
+            }
+            let stored = group.and_then(|group| group.offsets.get(partition)).and_then(|stored| stored.leader_epoch);
+            if let (Some(sent), Some(stored)) = (request.leader_epoch, stored) {
+                if sent < stored {
+                    let (topic, partition) = (partition.topic.clone(), partition.partition);
+                    return Err(GroupError::FencedLeaderEpoch { topic, partition, sent, stored });
+                }
+            }
             records.push(GroupRecord::Offset {
                 group_id: request.group_id.clone(),
                 topic: partition.topic.clone(),
                 partition: partition.partition,
-                value: Some(OffsetValue { offset: *offset, metadata: metadata.clone(), commit_timestamp_ms: now_ms }),
+                value: Some(OffsetValue {
+                    offset: *offset,
+                    metadata: metadata.clone(),
+                    commit_timestamp_ms: now_ms,
+                    leader_epoch: request.leader_epoch,
+                }),
             });
         }
         Ok(records)
@@ -856,6 +888,7 @@ impl Coordinator {
             member_id: String::new(),
             member_epoch: -1,
             offsets: offsets.iter().map(|(partition, offset)| (partition.clone(), *offset, String::new())).collect(),
+            leader_epoch: None,
         };
         match self.groups.get(group_id) {
             Some(group) if !group.members.is_empty() => Err(GroupError::NonEmptyGroup(group_id.to_owned())),

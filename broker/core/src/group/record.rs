@@ -3,8 +3,9 @@
 //! compacted coordinator records: a missing value is a tombstone).
 //!
 //! Key layout: `version u8 = 0`, `kind u8`, then the key fields. Value layout:
-//! `version u8 = 0`, then the value fields. Strings are `u16` length + UTF-8,
-//! lists are `u32` count + items, integers big-endian. Decoding checks every length
+//! `version u8 = 0` (1 for an `Offset` with a leader epoch), then the value
+//! fields. Strings are `u16` length + UTF-8, lists are `u32` count + items,
+//! integers big-endian. Decoding checks every length
 //! and fails with a typed [`RecordDecodeError`], never panics: these bytes come
 //! back from disk.
 //!
@@ -15,7 +16,8 @@
 //! 3. `TargetAssignment` (group, member id) → the partitions the member should own.
 //! 4. `TargetEpoch` (group) → the group epoch the target assignment was computed at.
 //! 5. `CurrentAssignment` (group, member id) → member epoch, owned, revoking.
-//! 6. `Offset` (group, topic, partition) → committed offset, metadata, time.
+//! 6. `Offset` (group, topic, partition) → committed offset, metadata, time, and,
+//!    in value version 1, the partition's leader epoch the committer sent.
 //! 7. `Snapshot` start and end markers (no group): the records between them are
 //!    the coordinator's whole state, replacing everything before them — but only
 //!    once the end marker is read (a torn snapshot changes nothing).
@@ -23,6 +25,9 @@
 use super::assignor::TopicPartition;
 
 const FORMAT_VERSION: u8 = 0;
+/// The value version of an `Offset` that ends with the leader epoch it was
+/// committed under (version 0 has none).
+const OFFSET_WITH_EPOCH: u8 = 1;
 
 /// A member's subscription and settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +54,11 @@ pub struct OffsetValue {
     pub offset: i64,
     pub metadata: String,
     pub commit_timestamp_ms: i64,
+    /// The committed partition's leader epoch as the committer knew it, when it
+    /// sent one (transform checkpoints do; consumers do not). A commit carrying
+    /// an older epoch cannot replace this one. Stored after the timestamp, so
+    /// records written before it existed read as `None`.
+    pub leader_epoch: Option<i32>,
 }
 
 /// One coordinator record; `None` values are tombstones.
@@ -285,10 +295,14 @@ impl GroupRecord {
                 key.str(topic);
                 key.u32(*partition);
                 let value = value.as_ref().map(|offset| {
-                    let mut writer = value_writer();
+                    let version = if offset.leader_epoch.is_some() { OFFSET_WITH_EPOCH } else { FORMAT_VERSION };
+                    let mut writer = Writer(vec![version]);
                     writer.i64(offset.offset);
                     writer.str(&offset.metadata);
                     writer.i64(offset.commit_timestamp_ms);
+                    if let Some(epoch) = offset.leader_epoch {
+                        writer.i32(epoch);
+                    }
                     writer.0
                 });
                 (key.0, value)
@@ -305,12 +319,14 @@ impl GroupRecord {
         }
         let kind = key.u8()?;
         let group_id = key.str()?;
+        let mut value_version = FORMAT_VERSION;
         let mut value = match value {
             Some(bytes) => {
                 let mut reader = Reader { bytes };
-                let version = reader.u8()?;
-                if version != FORMAT_VERSION {
-                    return Err(RecordDecodeError { reason: format!("unknown value version {version}") });
+                value_version = reader.u8()?;
+                let known = value_version == FORMAT_VERSION || (kind == OFFSET && value_version == OFFSET_WITH_EPOCH);
+                if !known {
+                    return Err(RecordDecodeError { reason: format!("unknown value version {value_version}") });
                 }
                 Some(reader)
             }
@@ -360,6 +376,10 @@ impl GroupRecord {
                         offset: reader.i64()?,
                         metadata: reader.str()?,
                         commit_timestamp_ms: reader.i64()?,
+                        leader_epoch: match value_version == OFFSET_WITH_EPOCH {
+                            true => Some(reader.i32()?),
+                            false => None,
+                        },
                     })
                 });
                 GroupRecord::Offset { group_id, topic, partition, value: value.transpose()? }
@@ -432,6 +452,18 @@ mod tests {
                     offset: 42,
                     metadata: "m".to_owned(),
                     commit_timestamp_ms: 1_700_000_000_000,
+                    leader_epoch: None,
+                }),
+            },
+            GroupRecord::Offset {
+                group_id: "transforms".to_owned(),
+                topic: "b".to_owned(),
+                partition: 3,
+                value: Some(OffsetValue {
+                    offset: 7,
+                    metadata: "{}".to_owned(),
+                    commit_timestamp_ms: 1_700_000_000_000,
+                    leader_epoch: Some(12),
                 }),
             },
             GroupRecord::Snapshot { start: true },

@@ -54,6 +54,9 @@ pub enum RaftCallKind {
     ReplicaFetch,
     /// A follower asks a leader where a leader epoch ends in its log (KIP-279).
     EpochEndOffset,
+    /// A transform task's checkpoint read, commit or deletion, forwarded to
+    /// the coordinator of its group (served by the broker).
+    Checkpoint,
 }
 
 impl RaftCallKind {
@@ -70,6 +73,7 @@ impl RaftCallKind {
             RaftCallKind::TransformStatus => "transform-status",
             RaftCallKind::ReplicaFetch => "replica-fetch",
             RaftCallKind::EpochEndOffset => "epoch-end-offset",
+            RaftCallKind::Checkpoint => "checkpoint",
         }
     }
 
@@ -82,6 +86,7 @@ impl RaftCallKind {
                 | RaftCallKind::TransformStatus
                 | RaftCallKind::ReplicaFetch
                 | RaftCallKind::EpochEndOffset
+                | RaftCallKind::Checkpoint
         )
     }
 
@@ -98,6 +103,7 @@ impl RaftCallKind {
             RaftCallKind::TransformStatus,
             RaftCallKind::ReplicaFetch,
             RaftCallKind::EpochEndOffset,
+            RaftCallKind::Checkpoint,
         ];
         kinds.into_iter().find(|kind| kind.name() == name)
     }

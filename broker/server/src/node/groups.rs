@@ -50,10 +50,12 @@ impl Node {
     }
 
     pub async fn group_heartbeat(&self, request: &HeartbeatRequest) -> Result<HeartbeatResponse, ApiError> {
+        refuse_checkpoint_group(&request.group_id)?;
         self.groups().heartbeat(request, &self.partition_counts()).await
     }
 
     pub async fn commit_offsets(&self, request: &CommitRequest) -> Result<(), ApiError> {
+        refuse_checkpoint_group(&request.group_id)?;
         self.groups().commit(request).await
     }
 
@@ -74,10 +76,12 @@ impl Node {
     }
 
     pub async fn delete_group(&self, group_id: &str) -> Result<(), ApiError> {
+        refuse_checkpoint_group(group_id)?;
         self.groups().delete_group(group_id).await
     }
 
     pub async fn reset_group_offsets(&self, group_id: &str, offsets: &[(GroupPartition, i64)]) -> Result<(), ApiError> {
+        refuse_checkpoint_group(group_id)?;
         self.groups().reset_offsets(group_id, offsets).await
     }
 
@@ -94,5 +98,18 @@ impl Node {
     /// snapshot now (tests and operators); returns how many segments went.
     pub async fn compact_groups(&self, min_bytes: u64) -> Result<usize, ApiError> {
         self.groups().compact(min_bytes).await
+    }
+}
+
+/// Groups that hold transform checkpoints are written by their transform
+/// tasks only (clients may read them: `weir group describe` shows a
+/// transform's lag); `weir transform replay` moves a transform.
+fn refuse_checkpoint_group(group_id: &str) -> Result<(), ApiError> {
+    match group_id.starts_with(crate::transforms::CHECKPOINT_GROUP_PREFIX) {
+        true => Err(ApiError::new(
+            ErrorCode::InvalidGroupId,
+            format!("group {group_id:?} holds transform checkpoints; only its transform writes it (see `weir transform replay`)"),
+        )),
+        false => Ok(()),
     }
 }

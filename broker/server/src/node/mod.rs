@@ -51,7 +51,9 @@ use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, LogDirCon
 use crate::metadata_store::MetadataError;
 use crate::partition::{lock, Partition};
 use crate::plugins::{hook_name, validate_name, FailurePolicy, PluginSummary, Plugins, StoredUpload};
-use crate::transforms::{LocalStatus, TransformHost, TransformSpec, TransformStatus, Transforms, Wanted};
+use crate::transforms::{
+    CheckpointCall, LocalStatus, TransformHost, TransformSpec, TransformStatus, Transforms, Wanted,
+};
 use broker_core::cluster::{
     AttachmentEntry, BrokerRegistration, ControllerError, ControllerRequest, ControllerResponse, IsrChoice,
     PluginEntry, TopicImage, TransformEntry, TransformImage,
@@ -455,6 +457,7 @@ impl Node {
             RaftCallKind::Produce => Ok(self.produce_forwarded(&payload).await),
             RaftCallKind::ReplicaFetch => Ok(self.replica_fetch(&payload).await),
             RaftCallKind::EpochEndOffset => Ok(self.epoch_end_offset(&payload)),
+            RaftCallKind::Checkpoint => Ok(self.checkpoint_forwarded(&payload).await),
             // In-memory progress and high watermarks: cheap enough inline.
             RaftCallKind::TransformStatus => {
                 Ok(serde_json::to_vec(&self.transforms.local_status(self)).unwrap_or_default())

@@ -218,12 +218,12 @@ impl Node {
                 .transforms
                 .values()
                 .map(|transform| {
-                    let led = image.topics.get(&transform.entry.input_topic).map_or_else(Vec::new, |topic| {
+                    let led = image.topics.get(&transform.entry.input_topic).map_or_else(BTreeMap::new, |topic| {
                         let partitions = topic.partitions.iter().enumerate();
                         partitions
                             .filter(|(_, state)| state.leader == self.broker.id)
-                            .map(|(partition, _)| partition as i32)
-                            .filter(|partition| (*partition as usize) < transform.entry.producer_ids.len())
+                            .map(|(partition, state)| (partition as i32, state.leader_epoch))
+                            .filter(|(partition, _)| (*partition as usize) < transform.entry.producer_ids.len())
                             .collect()
                     });
                     Wanted { transform: transform.clone(), led }
@@ -630,6 +630,70 @@ impl TransformHost for Node {
             }
             _ => Node::produce(self, request).await,
         }
+    }
+
+    /// Here when this broker coordinates the group, else forwarded to the
+    /// broker that does.
+    async fn checkpoint(&self, call: CheckpointCall) -> Result<Option<(i64, String)>, ApiError> {
+        let group_id = match &call {
+            CheckpointCall::Load { group_id, .. }
+            | CheckpointCall::Save { group_id, .. }
+            | CheckpointCall::Delete { group_id } => group_id,
+        };
+        let coordinator = self.find_coordinator(group_id)?;
+        if coordinator.id == self.broker.id {
+            return self.answer_checkpoint(call).await;
+        }
+        let address = format!("{}:{}", coordinator.host, coordinator.port);
+        let payload = serde_json::to_vec(&call).unwrap_or_default();
+        let answer = self.call_peer(coordinator.id, &address, RaftCallKind::Checkpoint, payload).await;
+        let answer = answer.map_err(|error| {
+            ApiError::new(ErrorCode::NetworkError, format!("a checkpoint call to broker {}: {error}", coordinator.id))
+        })?;
+        let answer: CheckpointAnswer = serde_json::from_slice(&answer).map_err(|error| {
+            ApiError::new(ErrorCode::UnknownServerError, format!("a checkpoint call's answer: {error}"))
+        })?;
+        answer.map_err(from_peer_error)
+    }
+}
+
+/// The answer to a forwarded [`CheckpointCall`].
+type CheckpointAnswer = Result<Option<(i64, String)>, PeerError>;
+
+impl Node {
+    /// Carries out a transform checkpoint call as the coordinator of its group
+    /// (`NotCoordinator` when this broker is not).
+    async fn answer_checkpoint(&self, call: CheckpointCall) -> Result<Option<(i64, String)>, ApiError> {
+        match call {
+            CheckpointCall::Load { group_id, topic, partition } => {
+                let partition = GroupPartition { topic, partition };
+                let offsets = self.groups().fetch_offsets(&group_id, Some(std::slice::from_ref(&partition))).await?;
+                Ok(offsets.into_iter().next().map(|(_, value)| (value.offset, value.metadata)))
+            }
+            CheckpointCall::Save { group_id, topic, partition, offset, metadata, leader_epoch } => {
+                let request = CommitRequest {
+                    group_id,
+                    member_id: String::new(),
+                    member_epoch: -1,
+                    offsets: vec![(GroupPartition { topic, partition }, offset, metadata)],
+                    leader_epoch: Some(leader_epoch),
+                };
+                self.groups().commit(&request).await.map(|()| None)
+            }
+            CheckpointCall::Delete { group_id } => match self.groups().delete_group(&group_id).await {
+                Err(error) if error.code == ErrorCode::GroupIdNotFound => Ok(None),
+                done => done.map(|()| None),
+            },
+        }
+    }
+
+    /// Answers a [`CheckpointCall`] another broker's transform task forwarded.
+    pub(super) async fn checkpoint_forwarded(&self, payload: &[u8]) -> Vec<u8> {
+        let answer: CheckpointAnswer = match serde_json::from_slice::<CheckpointCall>(payload) {
+            Ok(call) => self.answer_checkpoint(call).await.map_err(|error| to_peer_error(&error)),
+            Err(error) => Err((ErrorCode::InvalidRequest as u16, format!("a malformed checkpoint call: {error}"))),
+        };
+        serde_json::to_vec(&answer).unwrap_or_default()
     }
 }
 
