@@ -8,12 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use client::Offset;
+use client_ffi::Completion;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use crate::completion::{call, Completion, CompletionQueue};
-use crate::{runtime, settings, to_py_err};
+use crate::completion::{call, CompletionQueue};
+use crate::{ffi_err, settings, to_py_err, within};
 
 /// A record read by a consumer.
 #[pyclass(module = "weir._native", get_all, frozen)]
@@ -116,8 +117,7 @@ impl Consumer {
     fn new(py: Python<'_>, bootstrap_servers: &str, config: Option<HashMap<String, String>>) -> PyResult<Consumer> {
         let config = client::ConsumerConfig::from_map(&settings(bootstrap_servers, config))
             .map_err(|error| to_py_err(py, error))?;
-        let _context = runtime()?.enter();
-        let inner = client::Consumer::new(config).map_err(|error| to_py_err(py, error))?;
+        let inner = within(py, || client::Consumer::new(config))?;
         Ok(Consumer { inner: Arc::new(inner), rebalances: Arc::default() })
     }
 
@@ -143,14 +143,15 @@ impl Consumer {
     ) -> PyResult<Py<PyAny>> {
         let consumer = self.inner.clone();
         let listener: Arc<dyn client::RebalanceListener> = self.rebalances.clone();
-        let _context = runtime()?.enter();
-        call(py, target(queue, token), async move {
+        let subscribe = async move {
             match pattern {
                 Some(pattern) => consumer.subscribe_pattern(&pattern, Some(listener)).await?,
                 None => consumer.subscribe(&topics, Some(listener)).await?,
             }
             Ok(Completion::Unit)
-        })
+        };
+        // In the runtime's context: subscribing starts the membership task.
+        client_ffi::runtime::within(|| call(py, target(queue, token), subscribe)).map_err(|error| ffi_err(py, error))?
     }
 
     /// `[("assigned" | "revoked", [(topic, partition)])]` since the last call.

@@ -2,10 +2,11 @@
 //! converts types and delegates; batching, partitioning, retries and groups live in
 //! the `client` crate.
 //!
-//! Threading rules (see `shared/SDK.md`): one tokio runtime per process, built
-//! lazily; a client used after `fork()` raises instead of hanging; every blocking
-//! call releases the GIL and waits in slices of at most 200 ms, checking for
-//! Ctrl-C between them; no Rust thread ever touches the interpreter.
+//! The glue every SDK needs comes from `client-ffi` (one runtime per process,
+//! built lazily, refusing use after `fork()`; blocking waits in slices; the
+//! completion queue; ordered sends). Here: every blocking call releases the GIL
+//! and waits in slices of at most 200 ms, checking for Ctrl-C between them, and
+//! no Rust thread ever touches the interpreter.
 
 mod admin;
 mod completion;
@@ -17,7 +18,8 @@ use std::future::Future;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use client::{ClientError, ErrorCode};
+use client::ClientError;
+use client_ffi::Blocking;
 use pyo3::exceptions::{PyException, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
@@ -27,35 +29,24 @@ pub(crate) use consumer::messages;
 /// Longest a blocking call waits before checking for signals.
 const WAIT_SLICE: Duration = Duration::from_millis(200);
 
-static RUNTIME: OnceLock<(tokio::runtime::Runtime, u32)> = OnceLock::new();
 static ERROR_TYPES: OnceLock<HashMap<u16, Py<PyType>>> = OnceLock::new();
 static BASE_ERROR: OnceLock<Py<PyType>> = OnceLock::new();
-
-pub(crate) fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
-    let (runtime, pid) = match RUNTIME.get() {
-        Some(entry) => entry,
-        None => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .thread_name("weir-client")
-                .enable_all()
-                .build()
-                .map_err(|error| PyRuntimeError::new_err(format!("cannot start the client runtime: {error}")))?;
-            RUNTIME.get_or_init(|| (runtime, std::process::id()))
-        }
-    };
-    if *pid != std::process::id() {
-        return Err(PyRuntimeError::new_err(
-            "weir clients cannot be used after fork(); create new clients in the child process",
-        ));
-    }
-    Ok(runtime)
-}
 
 /// The Python exception for a client error: one class per `ErrorCode`, all
 /// subclasses of `weir.WeirError`, carrying `code` and the message.
 pub(crate) fn to_py_err(py: Python<'_>, error: ClientError) -> PyErr {
     raise(py, error.code().as_u16(), error.to_string())
+}
+
+/// The Python exception for a binding-layer error (`RuntimeError` when the
+/// layer itself cannot run, as after `fork()`).
+pub(crate) fn ffi_err(py: Python<'_>, error: client_ffi::Error) -> PyErr {
+    raise(py, error.code, error.message)
+}
+
+/// Runs `work` (which creates a client) inside the client runtime's context.
+pub(crate) fn within<T>(py: Python<'_>, work: impl FnOnce() -> Result<T, ClientError>) -> PyResult<T> {
+    client_ffi::runtime::within(work).map_err(|error| ffi_err(py, error))?.map_err(|error| to_py_err(py, error))
 }
 
 /// Runs `future` on the client runtime without the GIL, in ≤ 200 ms slices,
@@ -69,20 +60,14 @@ where
     T: Send,
     F: Future<Output = Result<T, ClientError>> + Send,
 {
-    let runtime = runtime()?;
-    let mut future = Box::pin(future);
-    {
-        let _context = runtime.enter();
-        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-        if let std::task::Poll::Ready(outcome) = future.as_mut().poll(&mut context) {
-            return outcome.map_err(|error| to_py_err(py, error));
-        }
+    let mut blocking = Blocking::new(future).map_err(|error| ffi_err(py, error))?;
+    if let Some(outcome) = blocking.poll_now() {
+        return outcome.map_err(|error| ffi_err(py, error));
     }
     loop {
-        let step = py.detach(|| runtime.block_on(async { tokio::time::timeout(WAIT_SLICE, &mut future).await }));
-        match step {
-            Ok(outcome) => return outcome.map_err(|error| to_py_err(py, error)),
-            Err(_) => py.check_signals()?,
+        match py.detach(|| blocking.wait(WAIT_SLICE)) {
+            Some(outcome) => return outcome.map_err(|error| ffi_err(py, error)),
+            None => py.check_signals()?,
         }
     }
 }
@@ -102,6 +87,9 @@ pub(crate) fn metadata_tuple(metadata: &client::RecordMetadata) -> Metadata {
 
 /// The exception of class `code` (see [`to_py_err`]).
 pub(crate) fn raise(py: Python<'_>, code: u16, message: String) -> PyErr {
+    if code == client_ffi::UNUSABLE {
+        return PyRuntimeError::new_err(message);
+    }
     let class = ERROR_TYPES.get().and_then(|types| types.get(&code)).or_else(|| BASE_ERROR.get());
     match class {
         Some(class) => PyErr::from_type(class.bind(py).clone(), (code, message)),
@@ -139,13 +127,13 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     module.add("WeirError", base.clone_ref(py))?;
     let mut types = HashMap::new();
-    for code in ErrorCode::ALL {
-        let name = exception_name(code.name());
+    for code in client_ffi::error_codes() {
+        let name = exception_name(code.name);
         let qualified =
             std::ffi::CString::new(format!("weir.{name}")).map_err(|error| PyValueError::new_err(error.to_string()))?;
         let class = PyErr::new_type(py, &qualified, None, Some(base.bind(py)), None)?;
         module.add(name.as_str(), class.clone_ref(py))?;
-        types.insert(code.as_u16(), class);
+        types.insert(code.code, class);
     }
     let _ = BASE_ERROR.set(base);
     let _ = ERROR_TYPES.set(types);

@@ -1,0 +1,194 @@
+//! [`OrderedProducer`]: a producer whose sends never block the caller yet
+//! keep call order (for event loops: asyncio, Node), and the settling of many
+//! deliveries in one wait.
+//!
+//! Sends go through one task per producer, in call order. The queue in front
+//! of that task is bounded by the producer's `buffer.memory` in bytes (one
+//! record more when it is empty): past it, [`OrderedProducer::send_nowait`]
+//! refuses and [`OrderedProducer::room_nowait`] tells the caller when to try
+//! again, so records wait in the producer's buffer, not in an unbounded queue.
+
+use std::sync::{Arc, Mutex};
+
+use client::{ClientError, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
+use tokio::sync::mpsc;
+
+use crate::completion::{Completion, Sink};
+use crate::error::Error;
+use crate::runtime;
+
+/// Work for the ordered task.
+enum Job {
+    Send(ProducerRecord, Arc<Sink>, u64),
+    Flush(Arc<Sink>, u64),
+    Close(Arc<Sink>, u64),
+}
+
+/// See the module docs.
+pub struct OrderedProducer {
+    inner: Producer,
+    jobs: Mutex<Option<mpsc::UnboundedSender<Job>>>,
+    /// Bytes of records in the queue, not yet in the producer's buffer.
+    queued: Arc<QueuedBytes>,
+}
+
+struct QueuedBytes {
+    limit: usize,
+    state: Mutex<Queued>,
+}
+
+#[derive(Default)]
+struct Queued {
+    bytes: usize,
+    /// Completions to deliver when room frees up.
+    waiters: Vec<(Arc<Sink>, u64)>,
+}
+
+impl QueuedBytes {
+    /// Counts `bytes` in, unless that would pass the limit.
+    fn try_add(&self, bytes: usize) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if state.bytes > 0 && state.bytes + bytes > self.limit {
+            return false;
+        }
+        state.bytes += bytes;
+        true
+    }
+
+    fn release(&self, bytes: usize) {
+        let waiters = {
+            let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            state.bytes -= bytes;
+            std::mem::take(&mut state.waiters)
+        };
+        for (sink, token) in waiters {
+            sink.push(token, Completion::Unit);
+        }
+    }
+
+    fn wait_for_room(&self, sink: Arc<Sink>, token: u64) {
+        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if state.bytes == 0 {
+            drop(state);
+            sink.push(token, Completion::Unit);
+        } else {
+            state.waiters.push((sink, token));
+        }
+    }
+}
+
+/// What a record holds in the queue.
+fn record_bytes(record: &ProducerRecord) -> usize {
+    let headers: usize =
+        record.headers.iter().map(|(key, value)| key.len() + value.as_ref().map_or(0, |value| value.len())).sum();
+    record.key.as_ref().map_or(0, |key| key.len()) + record.value.as_ref().map_or(0, |value| value.len()) + headers + 64
+}
+
+impl OrderedProducer {
+    /// A producer with `config` (its tasks run on the process's runtime).
+    pub fn new(config: ProducerConfig) -> Result<OrderedProducer, Error> {
+        let limit = config.buffer_bytes_max;
+        let inner = runtime::within(|| Producer::new(config))??;
+        let queued = Arc::new(QueuedBytes { limit, state: Mutex::new(Queued::default()) });
+        Ok(OrderedProducer { inner, jobs: Mutex::new(None), queued })
+    }
+
+    /// The client core's producer, for calls a binding waits for itself.
+    pub fn producer(&self) -> &Producer {
+        &self.inner
+    }
+
+    fn submit(&self, job: Job) -> Result<(), Error> {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let sender = match &*jobs {
+            Some(sender) => sender.clone(),
+            None => {
+                let (sender, receiver) = mpsc::unbounded_channel();
+                runtime::spawn(run(self.inner.clone(), receiver, self.queued.clone()))?;
+                jobs.insert(sender).clone()
+            }
+        };
+        sender.send(job).map_err(|_| Error::from(ClientError::Closed))
+    }
+
+    /// Queues `record` behind earlier sends; its acknowledgement (or refusal)
+    /// arrives under `token`. `false`, queueing nothing, while the queue holds
+    /// `buffer.memory` bytes: wait with [`OrderedProducer::room_nowait`].
+    pub fn send_nowait(&self, record: ProducerRecord, sink: &Arc<Sink>, token: u64) -> Result<bool, Error> {
+        if !self.queued.try_add(record_bytes(&record)) {
+            return Ok(false);
+        }
+        self.submit(Job::Send(record, sink.clone(), token))?;
+        Ok(true)
+    }
+
+    /// `Completion::Unit` under `token` once `send_nowait` may take a record
+    /// again (at once when the queue is empty).
+    pub fn room_nowait(&self, sink: &Arc<Sink>, token: u64) {
+        self.queued.wait_for_room(sink.clone(), token);
+    }
+
+    /// Bytes queued and not yet taken by the producer (a diagnostic).
+    pub fn queued_bytes(&self) -> usize {
+        self.queued.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).bytes
+    }
+
+    /// Done under `token` after everything sent before it is acknowledged.
+    pub fn flush_nowait(&self, sink: &Arc<Sink>, token: u64) -> Result<(), Error> {
+        self.submit(Job::Flush(sink.clone(), token))
+    }
+
+    /// Flushes, then refuses further sends; done under `token`.
+    pub fn close_nowait(&self, sink: &Arc<Sink>, token: u64) -> Result<(), Error> {
+        self.submit(Job::Close(sink.clone(), token))
+    }
+}
+
+async fn run(producer: Producer, mut jobs: mpsc::UnboundedReceiver<Job>, queued: Arc<QueuedBytes>) {
+    while let Some(job) = jobs.recv().await {
+        match job {
+            Job::Send(record, sink, token) => {
+                let bytes = record_bytes(&record);
+                let sent = producer.send(record).await;
+                queued.release(bytes);
+                match sent {
+                    Ok(delivery) => {
+                        tokio::spawn(async move { sink.push(token, delivered(delivery.wait().await)) });
+                    }
+                    Err(error) => sink.push(token, Completion::Error(error.into())),
+                }
+            }
+            Job::Flush(sink, token) => {
+                producer.flush().await;
+                sink.push(token, Completion::Unit);
+            }
+            Job::Close(sink, token) => {
+                producer.close().await;
+                sink.push(token, Completion::Unit);
+            }
+        }
+    }
+}
+
+/// A producer acknowledgement as a completion.
+pub fn delivered(outcome: Result<RecordMetadata, ClientError>) -> Completion {
+    match outcome {
+        Ok(metadata) => Completion::Metadata(metadata),
+        Err(error) => Completion::Error(error.into()),
+    }
+}
+
+/// Waits for every delivery, in order: one outcome per record.
+pub async fn settle(deliveries: Vec<DeliveryFuture>) -> Vec<Result<RecordMetadata, Error>> {
+    let mut outcomes = Vec::with_capacity(deliveries.len());
+    for delivery in deliveries {
+        outcomes.push(delivery.wait().await.map_err(Error::from));
+    }
+    outcomes
+}
+
+impl std::fmt::Debug for OrderedProducer {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("OrderedProducer").field("queued_bytes", &self.queued_bytes()).finish_non_exhaustive()
+    }
+}
