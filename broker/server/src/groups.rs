@@ -240,6 +240,37 @@ impl GroupCoordinators {
         self.write(&request.group_id, |coordinator| Ok((coordinator.commit_offsets(request, now_ms)?, ()))).await
     }
 
+    /// Claims `partition`'s offset of `group_id` for `leader_epoch`: returns
+    /// what is committed (if anything) and, in the same step, commits it again
+    /// under that epoch (an empty offset 0 when nothing is), so a commit from
+    /// an older epoch is refused from now on (`FencedLeaderEpoch` if a newer
+    /// one claimed it already). A transform task's first step.
+    pub async fn claim_offset(
+        &self,
+        group_id: &str,
+        partition: TopicPartition,
+        leader_epoch: i32,
+    ) -> Result<Option<OffsetValue>, ApiError> {
+        let now_ms = self.clock.now_ms();
+        self.write(group_id, |coordinator| {
+            let partitions = std::slice::from_ref(&partition);
+            let stored = coordinator.fetch_offsets(group_id, Some(partitions))?.into_iter().next().map(|(_, v)| v);
+            if stored.as_ref().is_some_and(|stored| stored.leader_epoch == Some(leader_epoch)) {
+                return Ok((Vec::new(), stored));
+            }
+            let (offset, metadata) = stored.as_ref().map_or((0, String::new()), |v| (v.offset, v.metadata.clone()));
+            let request = CommitRequest {
+                group_id: group_id.to_owned(),
+                member_id: String::new(),
+                member_epoch: -1,
+                offsets: vec![(partition.clone(), offset, metadata)],
+                leader_epoch: Some(leader_epoch),
+            };
+            Ok((coordinator.commit_offsets(&request, now_ms)?, stored))
+        })
+        .await
+    }
+
     pub async fn reset_offsets(&self, group_id: &str, offsets: &[(TopicPartition, i64)]) -> Result<(), ApiError> {
         let now_ms = self.clock.now_ms();
         self.write(group_id, |coordinator| Ok((coordinator.reset_offsets(group_id, offsets, now_ms)?, ()))).await

@@ -10,24 +10,29 @@
 //!
 //! Exactly once, across restarts and failovers: each (deployment, input
 //! partition) produces with its own idempotent producer id (in the
-//! deployment), one batch per output partition per input batch, and
-//! checkpoints the next input offset together with the next sequence number of
-//! every output partition after the outputs are acknowledged. After a crash or
-//! a failover the task resumes from the last checkpoint and re-runs what came
-//! after it; plugins are deterministic (no clock or randomness) and replicas
-//! hold the same committed records at the same offsets, so it produces the
-//! same batches with the same sequence numbers, which the output leaders
-//! recognise as duplicates (a cached one is answered with its offsets, an
-//! older one with `DuplicateSequence`, both taken as written).
+//! deployment), one batch per output partition per input batch, and commits a
+//! checkpoint of the next input offset together with the next sequence number
+//! of every output partition after the outputs are acknowledged; it goes on
+//! only once that commit succeeded (and commits where it starts or replays
+//! from before producing from there). After a crash or a failover the task
+//! resumes from the last checkpoint; plugins are deterministic (no clock or
+//! randomness) and replicas hold the same committed records at the same
+//! offsets, so the batch it re-runs is the same, with the same sequence
+//! numbers, and the output leaders answer it as a cached duplicate. Anything
+//! else an output leader refuses (`DuplicateSequence` included) holds the
+//! partition with an error instead of being taken as written.
 //!
 //! Checkpoints live in replicated storage: each is the offset committed by
 //! group [`checkpoint_group`] for the input partition, in `__consumer_offsets`,
 //! with the sequences in its metadata, written through the group's
-//! coordinator (on this broker or forwarded to it). A commit carries the input
-//! partition's leader epoch the task started under, and the coordinator
-//! refuses one older than the stored checkpoint's (`FencedLeaderEpoch`): a task
-//! still running on a deposed leader cannot move its successor's checkpoint
-//! back, and stops. A checkpoint names the producer id it belongs to, and the
+//! coordinator (on this broker or forwarded to it). A task starts by claiming
+//! its checkpoint for the input partition's leader epoch it runs under
+//! (`CheckpointCall::Load`), and every commit carries that epoch; the
+//! coordinator refuses one older than the stored one (`FencedLeaderEpoch`). So
+//! a task left on a deposed leader commits nothing after its successor
+//! started, and stops at its next commit: it can have produced at most the one
+//! batch in flight past the successor's starting point, which the successor
+//! re-runs as a duplicate. A checkpoint names the producer id it belongs to, and the
 //! group is named after the deployment's producer ids, so one left by an older
 //! deployment of the same name is never taken for this one's. Brokers before
 //! replication kept checkpoints as files; a task with no replicated
@@ -178,8 +183,10 @@ pub const CHECKPOINT_GROUP_PREFIX: &str = "__transform.";
 /// [`TransformHost::checkpoint`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CheckpointCall {
-    /// The offset and metadata committed for `topic`-`partition`, if any.
-    Load { group_id: String, topic: String, partition: u32 },
+    /// The offset and metadata committed for `topic`-`partition`, if any,
+    /// claimed for `leader_epoch`: commits of older epochs are refused from
+    /// then on (`GroupCoordinators::claim_offset`).
+    Load { group_id: String, topic: String, partition: u32, leader_epoch: i32 },
     /// Commits them, fenced by `leader_epoch`.
     Save { group_id: String, topic: String, partition: u32, offset: i64, metadata: String, leader_epoch: i32 },
     /// Deletes the group (its deployment is gone); no group is no error.
@@ -325,9 +332,14 @@ impl From<TransformsError> for ApiError {
 }
 
 impl TransformsError {
-    /// Whether a newer task of the partition's next leader fenced this one.
-    fn is_fenced(&self) -> bool {
-        matches!(self, TransformsError::Broker(error) if error.code == ErrorCode::FencedLeaderEpoch)
+    /// Whether the task must end: a task of the partition's next leader
+    /// claimed its checkpoint, or the task was stopped.
+    fn ends_task(&self) -> bool {
+        match self {
+            TransformsError::Broker(error) => error.code == ErrorCode::FencedLeaderEpoch,
+            TransformsError::Stopped => true,
+            _ => false,
+        }
     }
 
     /// The reason alone (a transform's status line shows it).
@@ -704,36 +716,67 @@ impl<H: TransformHost> PartitionTask<H> {
         Ok(())
     }
 
-    /// The last checkpoint of this deployment's partition: the committed one,
-    /// else (once, after the upgrade) the file of a broker from before
-    /// replication; `None` for a first start. Waits while the group's
-    /// coordinator cannot answer: running without it could redo work.
-    async fn load(&mut self) -> Option<Checkpoint> {
+    /// The last checkpoint of this deployment's partition, claimed for this
+    /// task's leader epoch (a task of an older one can commit no more): the
+    /// committed one, else (once, after the upgrade) the file of a broker from
+    /// before replication; `None` for a first start. Waits while the group's
+    /// coordinator cannot answer (running without it could redo work), and
+    /// for good on a checkpoint it cannot read (starting over would reuse
+    /// sequence numbers). `Err` when the task must end (a newer task claimed
+    /// the partition, or this one was stopped).
+    async fn load(&mut self) -> Result<Option<Checkpoint>, TransformsError> {
         let call = CheckpointCall::Load {
             group_id: self.group_id.clone(),
             topic: self.entry.input_topic.clone(),
             partition: self.partition as u32,
+            leader_epoch: self.leader_epoch,
         };
         loop {
             match self.node.checkpoint(call.clone()).await {
-                Ok(Some((offset, metadata))) => return Checkpoint::from_stored(offset, &metadata, self.producer_id),
+                Ok(Some((offset, metadata))) => match Checkpoint::from_stored(offset, &metadata, self.producer_id) {
+                    Some(checkpoint) => return Ok(Some(checkpoint)),
+                    None => self.fail(format!(
+                        "its checkpoint in group {} is unreadable or another deployment's ({metadata:?}); delete and \
+                         deploy the transform again",
+                        self.group_id
+                    )),
+                },
                 Ok(None) => break,
                 Err(error) => {
-                    self.fail(format!("reading its checkpoint: {}", error.message));
-                    tokio::time::sleep(RETRY_PAUSE).await;
+                    let error = TransformsError::from(error);
+                    if error.ends_task() {
+                        return Err(error);
+                    }
+                    self.fail(format!("reading its checkpoint: {}", error.message()));
                 }
             }
+            tokio::time::sleep(RETRY_PAUSE).await;
         }
         let legacy = read_whole(&self.environment, &self.legacy_path)
             .ok()
             .flatten()
             .and_then(|bytes| serde_json::from_slice::<LegacyCheckpoint>(&bytes).ok());
-        legacy.and_then(|legacy| Checkpoint::from_legacy(legacy, self.producer_id))
+        Ok(legacy.and_then(|legacy| Checkpoint::from_legacy(legacy, self.producer_id)))
     }
 
-    /// Ends the task: a newer leader's task committed its checkpoint.
+    /// Commits `checkpoint`, retrying until it is committed: a task produces
+    /// nothing past a checkpoint it could not commit. `Err` when the task must
+    /// end.
+    async fn save_until_done(&self, checkpoint: &Checkpoint) -> Result<(), TransformsError> {
+        loop {
+            match self.save(checkpoint).await {
+                Ok(()) => return Ok(()),
+                Err(error) if error.ends_task() => return Err(error),
+                Err(error) => self.fail(format!("committing its checkpoint: {}", error.message())),
+            }
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+
+    /// Ends the task: the next leader's task claimed its checkpoint (or the
+    /// task was stopped); `follow` starts a new one if this broker leads again.
     fn fenced(&self) {
-        tracing::info!(transform = %self.entry.name, partition = self.partition, "transform task deposed; stopping");
+        tracing::info!(transform = %self.entry.name, partition = self.partition, "transform task ends: claimed elsewhere or stopped");
     }
 
     /// Deletes the file checkpoint of a broker from before replication, once a
@@ -755,7 +798,11 @@ impl<H: TransformHost> PartitionTask<H> {
 
     async fn run(mut self) {
         // This deployment's checkpoint, if there is one.
-        let stored = self.load().await;
+        let stored = match self.load().await {
+            Ok(stored) => stored,
+            Err(_) => return self.fenced(),
+        };
+        self.recovered();
         // A replay recorded while this partition was not running here still
         // happens, once (a first start resolves the deployment's start offset).
         let mut generation = stored.as_ref().map_or(0, |checkpoint| checkpoint.replay_generation);
@@ -768,13 +815,14 @@ impl<H: TransformHost> PartitionTask<H> {
             if starting || control.generation > generation {
                 match self.resolve(control.replay_from) {
                     Ok(offset) => {
+                        // Where it starts (again) is committed before anything
+                        // is produced from there.
                         checkpoint.next_offset = offset;
                         checkpoint.replay_generation = control.generation;
-                        match self.save(&checkpoint).await {
-                            Ok(()) => self.forget_legacy(),
-                            Err(error) if error.is_fenced() => return self.fenced(),
-                            Err(error) => self.fail(error.message()),
+                        if self.save_until_done(&checkpoint).await.is_err() {
+                            return self.fenced();
                         }
+                        self.forget_legacy();
                         generation = control.generation;
                         starting = false;
                     }
@@ -805,8 +853,20 @@ impl<H: TransformHost> PartitionTask<H> {
             };
             let fetched = match answer {
                 Ok(fetched) => fetched,
+                // Below the log start (deleted by retention): from the earliest
+                // record kept. Past the log end (a start offset ahead of the
+                // log, or input truncated by an unclean election): from the
+                // end, never the whole log again.
                 Err(error) if error.code == ErrorCode::OffsetOutOfRange => {
-                    checkpoint.next_offset = self.resolve(EARLIEST).unwrap_or(checkpoint.next_offset);
+                    let earliest = self.resolve(EARLIEST).unwrap_or(checkpoint.next_offset);
+                    let next = match checkpoint.next_offset < earliest {
+                        true => earliest,
+                        false => self.resolve(LATEST).unwrap_or(checkpoint.next_offset),
+                    };
+                    if next == checkpoint.next_offset {
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                    }
+                    checkpoint.next_offset = next;
                     continue;
                 }
                 Err(error) => {
@@ -823,7 +883,7 @@ impl<H: TransformHost> PartitionTask<H> {
                 loop {
                     match self.process_batch(&view, &mut checkpoint).await {
                         Ok(()) => break,
-                        Err(error) if error.is_fenced() => return self.fenced(),
+                        Err(error) if error.ends_task() => return self.fenced(),
                         Err(error) => {
                             self.fail(error.message());
                             tokio::time::sleep(RETRY_PAUSE).await;
@@ -851,8 +911,10 @@ impl<H: TransformHost> PartitionTask<H> {
             return Ok(());
         }
         if view.attributes().is_control() {
-            checkpoint.next_offset = next_after;
-            return self.save(checkpoint).await;
+            let next = Checkpoint { next_offset: next_after, ..checkpoint.clone() };
+            self.save(&next).await?;
+            *checkpoint = next;
+            return Ok(());
         }
         let stored = pack_view(view, view.base_offset())?;
         // Only records at or past the checkpoint (a batch may straddle it).
@@ -899,27 +961,32 @@ impl<H: TransformHost> PartitionTask<H> {
             let builder = builder.producer(self.producer_id, 0, sequence);
             let request =
                 ProduceRequest { topic, partition, acks: Acks::All, timeout_ms: 30_000, batches: builder.encode() };
-            match self.node.produce(request).await {
-                // Older than the leader's cached batches: written before (by
-                // this task before a crash, or by a deposed leader's).
-                Ok(_) => {}
-                Err(error) if error.code == ErrorCode::DuplicateSequence => {}
-                Err(error) => return Err(error.into()),
-            }
+            // A re-run batch (after a crash, or by the next leader's task)
+            // is one of the leader's cached batches and is answered with its
+            // offsets; anything else that is not new is an error, never
+            // taken as written.
+            self.node.produce(request).await?;
             let next = ((sequence as i64 + builder.record_count() as i64) % (i32::MAX as i64 + 1)) as i32;
             sequences.insert(key, next);
             emitted += builder.record_count() as u64;
         }
-        checkpoint.sequences = sequences;
-        checkpoint.next_offset = next_after;
-        self.save(checkpoint).await?;
+        // Taken as done only once committed: a failed commit re-runs the batch.
+        let next = Checkpoint { next_offset: next_after, sequences, replay_generation: checkpoint.replay_generation };
+        self.save(&next).await?;
+        *checkpoint = next;
         self.forget_legacy();
         self.progress.processed.fetch_add(count, Ordering::Relaxed);
         self.progress.emitted.fetch_add(emitted, Ordering::Relaxed);
         self.progress.next_offset.store(next_after, Ordering::Relaxed);
-        if lock(&self.state).starts_with("retrying") {
-            *lock(&self.state) = "running".to_owned();
-        }
+        self.recovered();
         Ok(())
+    }
+
+    /// Clears a `retrying: …` state once the task made progress again.
+    fn recovered(&self) {
+        let mut state = lock(&self.state);
+        if state.starts_with("retrying") {
+            *state = "running".to_owned();
+        }
     }
 }

@@ -179,3 +179,72 @@ fn a_crash_at_any_storage_operation_loses_no_acknowledged_record() {
         );
     });
 }
+
+/// Transform checkpoints through the node: loading claims the checkpoint for
+/// the loader's leader epoch, so a task of an older epoch can commit no more;
+/// epochs the node has not seen, groups that are not checkpoint groups, and
+/// clients writing a checkpoint group are all refused.
+#[test]
+fn transform_checkpoints_are_claimed_by_leader_epoch_and_closed_to_clients() {
+    use broker::transforms::{CheckpointCall, TransformHost};
+    use broker_core::group::coordinator::HeartbeatRequest;
+
+    let storage = MemStorage::new();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    runtime().block_on(async {
+        let node = open(&storage, &clock).await.unwrap();
+        node.create_topic("events", 1, 1, &[]).await.unwrap();
+        let epoch = node.metadata(&["events".to_owned()]).topics[0].partitions[0].leader_epoch;
+        let group = "__transform.route.1000".to_owned();
+        let load = |leader_epoch: i32| CheckpointCall::Load {
+            group_id: group.clone(),
+            topic: "events".to_owned(),
+            partition: 0,
+            leader_epoch,
+        };
+        let save = |offset: i64, leader_epoch: i32| CheckpointCall::Save {
+            group_id: group.clone(),
+            topic: "events".to_owned(),
+            partition: 0,
+            offset,
+            metadata: format!("{{\"at\":{offset}}}"),
+            leader_epoch,
+        };
+        let code = |outcome: Result<Option<(i64, String)>, broker::ApiError>| outcome.unwrap_err().code;
+
+        // An older epoch's task commits; the current epoch's task claims it
+        // (nothing yet: a claim of an empty slot reads as no checkpoint)...
+        assert_eq!(node.checkpoint(load(epoch)).await.unwrap(), None);
+        // ...and from then on the older one is fenced, the claimer is not.
+        assert_eq!(code(node.checkpoint(save(7, epoch - 1)).await), abi::ErrorCode::FencedLeaderEpoch);
+        node.checkpoint(save(7, epoch)).await.unwrap();
+        assert_eq!(node.checkpoint(load(epoch)).await.unwrap(), Some((7, "{\"at\":7}".to_owned())));
+        // An epoch from the future (a caller that is not a broker, or a
+        // coordinator behind the metadata) is refused, retriably.
+        assert_eq!(code(node.checkpoint(load(epoch + 1)).await), abi::ErrorCode::NotLeaderOrFollower);
+        // Only checkpoint groups.
+        let plain = CheckpointCall::Delete { group_id: "billing".to_owned() };
+        assert_eq!(code(node.checkpoint(plain).await), abi::ErrorCode::InvalidGroupId);
+
+        // Clients read the group but cannot write it.
+        assert_eq!(node.fetch_offsets(&group, None).await.unwrap()[0].1.offset, 7);
+        let commit = CommitRequest {
+            group_id: group.clone(),
+            member_id: String::new(),
+            member_epoch: -1,
+            offsets: vec![(TopicPartition { topic: "events".to_owned(), partition: 0 }, 0, String::new())],
+            leader_epoch: None,
+        };
+        assert_eq!(node.commit_offsets(&commit).await.unwrap_err().code, abi::ErrorCode::InvalidGroupId);
+        let join = HeartbeatRequest { group_id: group.clone(), ..HeartbeatRequest::default() };
+        assert_eq!(node.group_heartbeat(&join).await.unwrap_err().code, abi::ErrorCode::InvalidGroupId);
+        assert_eq!(node.delete_group(&group).await.unwrap_err().code, abi::ErrorCode::InvalidGroupId);
+
+        // Deleting goes through the checkpoint call.
+        node.checkpoint(CheckpointCall::Delete { group_id: group.clone() }).await.unwrap();
+        assert!(node.fetch_offsets(&group, None).await.unwrap().is_empty());
+        node.checkpoint(CheckpointCall::Delete { group_id: group.clone() }).await.unwrap();
+        node.shutdown();
+        node.stop_controller().await;
+    });
+}

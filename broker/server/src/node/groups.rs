@@ -89,8 +89,45 @@ impl Node {
     /// rewrites `__consumer_offsets` shards that grew past their snapshot size.
     pub async fn expire_groups(&self) {
         self.groups().expire(&self.partition_counts()).await;
+        self.delete_orphaned_checkpoints().await;
         if let Err(error) = self.groups().compact(crate::groups::SNAPSHOT_AFTER_BYTES).await {
             tracing::warn!(%error, "group state snapshot failed");
+        }
+    }
+
+    /// Deletes the checkpoint groups of transforms that are no longer deployed
+    /// and were not committed to for [`ORPHANED_CHECKPOINTS_MS`]: the brokers
+    /// that ran a deleted deployment delete its group, but one that was down
+    /// then, or a late commit of a task that had not stopped yet, leaves it
+    /// (such offsets never expire on their own). The quiet time keeps a group
+    /// whose deployment this broker has not applied yet.
+    async fn delete_orphaned_checkpoints(&self) {
+        let prefix = crate::transforms::CHECKPOINT_GROUP_PREFIX;
+        let candidates: Vec<String> = self
+            .groups()
+            .list_groups()
+            .into_iter()
+            .map(|(group_id, _, _)| group_id)
+            .filter(|group_id| group_id.starts_with(prefix))
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let deployed: std::collections::BTreeSet<String> = self.controller.read(|image| {
+            image.transforms.values().map(|transform| crate::transforms::checkpoint_group(&transform.entry)).collect()
+        });
+        let now_ms = self.clock.now_ms();
+        for group_id in candidates.into_iter().filter(|group_id| !deployed.contains(group_id)) {
+            let Ok(offsets) = self.groups().fetch_offsets(&group_id, None).await else { continue };
+            let newest = offsets.iter().map(|(_, value)| value.commit_timestamp_ms).max().unwrap_or(i64::MIN);
+            if now_ms.saturating_sub(newest) > ORPHANED_CHECKPOINTS_MS {
+                match self.groups().delete_group(&group_id).await {
+                    Ok(()) => {
+                        tracing::info!(group = %group_id, "checkpoints of a transform no longer deployed deleted")
+                    }
+                    Err(error) => tracing::debug!(group = %group_id, %error, "orphaned checkpoints not deleted yet"),
+                }
+            }
         }
     }
 
@@ -100,6 +137,10 @@ impl Node {
         self.groups().compact(min_bytes).await
     }
 }
+
+/// How long the checkpoint group of a transform that is no longer deployed
+/// stays before its coordinator deletes it.
+const ORPHANED_CHECKPOINTS_MS: i64 = 10 * 60 * 1000;
 
 /// Groups that hold transform checkpoints are written by their transform
 /// tasks only (clients may read them: `weir group describe` shows a

@@ -664,11 +664,33 @@ impl Node {
     /// Carries out a transform checkpoint call as the coordinator of its group
     /// (`NotCoordinator` when this broker is not).
     async fn answer_checkpoint(&self, call: CheckpointCall) -> Result<Option<(i64, String)>, ApiError> {
+        // Calls of this kind come from other brokers, but the port is the
+        // clients' too: only checkpoint groups, and no epoch from the future.
+        let (group_id, input) = match &call {
+            CheckpointCall::Load { group_id, topic, partition, leader_epoch }
+            | CheckpointCall::Save { group_id, topic, partition, leader_epoch, .. } => {
+                (group_id, Some((topic, *partition, *leader_epoch)))
+            }
+            CheckpointCall::Delete { group_id } => (group_id, None),
+        };
+        if !group_id.starts_with(crate::transforms::CHECKPOINT_GROUP_PREFIX) {
+            let message = format!("group {group_id:?} holds no transform checkpoints");
+            return Err(ApiError::new(ErrorCode::InvalidGroupId, message));
+        }
+        if let Some((topic, partition, sent)) = input {
+            let known =
+                self.controller.read(|image| image.partition(topic, partition).ok().map(|state| state.leader_epoch));
+            if known.is_none_or(|known| sent > known) {
+                let message = format!("{topic}-{partition}: leader epoch {sent} is not known here yet");
+                return Err(ApiError::new(ErrorCode::NotLeaderOrFollower, message));
+            }
+        }
         match call {
-            CheckpointCall::Load { group_id, topic, partition } => {
+            CheckpointCall::Load { group_id, topic, partition, leader_epoch } => {
                 let partition = GroupPartition { topic, partition };
-                let offsets = self.groups().fetch_offsets(&group_id, Some(std::slice::from_ref(&partition))).await?;
-                Ok(offsets.into_iter().next().map(|(_, value)| (value.offset, value.metadata)))
+                let claimed = self.groups().claim_offset(&group_id, partition, leader_epoch).await?;
+                // An empty claim (no checkpoint yet) reads as none.
+                Ok(claimed.filter(|value| !value.metadata.is_empty()).map(|value| (value.offset, value.metadata)))
             }
             CheckpointCall::Save { group_id, topic, partition, offset, metadata, leader_epoch } => {
                 let request = CommitRequest {
