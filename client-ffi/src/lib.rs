@@ -12,6 +12,7 @@
 //!   poller); no thread of the core ever calls into the host language.
 //! - [`ordered`]: sends that never block the caller yet keep call order, bounded
 //!   by `buffer.memory`, and a batch of deliveries settled in one wait.
+//! - [`rebalance`]: assignment changes kept for the binding's own thread.
 //! - [`error`]: errors as plain `(code, message)` from the one `ErrorCode` table.
 //!
 //! The API is plain data: tokens, codes, strings, byte vectors, records as
@@ -22,6 +23,7 @@
 pub mod completion;
 pub mod error;
 pub mod ordered;
+pub mod rebalance;
 pub mod runtime;
 
 pub use client::{
@@ -31,4 +33,5 @@ pub use client::{
 pub use completion::{Completion, CompletionQueue, Sink};
 pub use error::{error_codes, Error, ErrorInfo, UNUSABLE};
 pub use ordered::OrderedProducer;
+pub use rebalance::RebalanceLog;
 pub use runtime::Blocking;

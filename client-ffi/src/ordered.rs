@@ -2,16 +2,19 @@
 //! keep call order (for event loops: asyncio, Node), and the settling of many
 //! deliveries in one wait.
 //!
-//! Sends go through one task per producer, in call order. The queue in front
-//! of that task is bounded by the producer's `buffer.memory` in bytes (one
-//! record more when it is empty): past it, [`OrderedProducer::send_nowait`]
-//! refuses and [`OrderedProducer::room_nowait`] tells the caller when to try
-//! again, so records wait in the producer's buffer, not in an unbounded queue.
+//! Sends go through one task per producer, in call order. Their outcomes reach
+//! the caller through a completion queue ([`OrderedProducer::send_nowait`]) or
+//! as a future to await on any runtime ([`OrderedProducer::send_all`]). The
+//! queue in front of the task holds the records the producer's buffer has not
+//! taken yet; `send_nowait` bounds it by the producer's `buffer.memory` in
+//! bytes (one record more when it is empty): past it, it refuses and
+//! [`OrderedProducer::room_nowait`] tells the caller when to try again.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use client::{ClientError, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::completion::{Completion, Sink};
 use crate::error::Error;
@@ -20,8 +23,26 @@ use crate::runtime;
 /// Work for the ordered task.
 enum Job {
     Send(ProducerRecord, Arc<Sink>, u64),
-    Flush(Arc<Sink>, u64),
-    Close(Arc<Sink>, u64),
+    SendAll(Vec<ProducerRecord>, oneshot::Sender<Vec<Result<RecordMetadata, Error>>>),
+    Flush(Done),
+    Close(Done),
+}
+
+/// Where a flush or close reports that it is done.
+enum Done {
+    Queue(Arc<Sink>, u64),
+    Channel(oneshot::Sender<()>),
+}
+
+impl Done {
+    fn finish(self) {
+        match self {
+            Done::Queue(sink, token) => sink.push(token, Completion::Unit),
+            Done::Channel(sender) => {
+                let _ = sender.send(());
+            }
+        }
+    }
 }
 
 /// See the module docs.
@@ -135,12 +156,46 @@ impl OrderedProducer {
 
     /// Done under `token` after everything sent before it is acknowledged.
     pub fn flush_nowait(&self, sink: &Arc<Sink>, token: u64) -> Result<(), Error> {
-        self.submit(Job::Flush(sink.clone(), token))
+        self.submit(Job::Flush(Done::Queue(sink.clone(), token)))
     }
 
     /// Flushes, then refuses further sends; done under `token`.
     pub fn close_nowait(&self, sink: &Arc<Sink>, token: u64) -> Result<(), Error> {
-        self.submit(Job::Close(sink.clone(), token))
+        self.submit(Job::Close(Done::Queue(sink.clone(), token)))
+    }
+
+    /// Queues `records` behind earlier sends, now (so calls keep their order
+    /// whenever their futures are awaited), not bounded by `buffer.memory`;
+    /// the future gives one outcome per record, in order, once all are
+    /// acknowledged or refused.
+    pub fn send_all(
+        &self,
+        records: Vec<ProducerRecord>,
+    ) -> Result<impl Future<Output = Vec<Result<RecordMetadata, Error>>> + Send + 'static, Error> {
+        let (sender, receiver) = oneshot::channel();
+        let count = records.len();
+        self.submit(Job::SendAll(records, sender))?;
+        Ok(async move {
+            receiver.await.unwrap_or_else(|_| (0..count).map(|_| Err(Error::from(ClientError::Closed))).collect())
+        })
+    }
+
+    /// A future done once everything queued before this call is acknowledged.
+    pub fn flush(&self) -> Result<impl Future<Output = ()> + Send + 'static, Error> {
+        let (sender, receiver) = oneshot::channel();
+        self.submit(Job::Flush(Done::Channel(sender)))?;
+        Ok(async move {
+            let _ = receiver.await;
+        })
+    }
+
+    /// Flushes, then refuses further sends; the future is done after both.
+    pub fn close(&self) -> Result<impl Future<Output = ()> + Send + 'static, Error> {
+        let (sender, receiver) = oneshot::channel();
+        self.submit(Job::Close(Done::Channel(sender)))?;
+        Ok(async move {
+            let _ = receiver.await;
+        })
     }
 }
 
@@ -158,13 +213,29 @@ async fn run(producer: Producer, mut jobs: mpsc::UnboundedReceiver<Job>, queued:
                     Err(error) => sink.push(token, Completion::Error(error.into())),
                 }
             }
-            Job::Flush(sink, token) => {
-                producer.flush().await;
-                sink.push(token, Completion::Unit);
+            Job::SendAll(records, done) => {
+                let mut deliveries = Vec::with_capacity(records.len());
+                for record in records {
+                    deliveries.push(producer.send(record).await.map_err(Error::from));
+                }
+                tokio::spawn(async move {
+                    let mut outcomes = Vec::with_capacity(deliveries.len());
+                    for delivery in deliveries {
+                        outcomes.push(match delivery {
+                            Ok(delivery) => delivery.wait().await.map_err(Error::from),
+                            Err(error) => Err(error),
+                        });
+                    }
+                    let _ = done.send(outcomes);
+                });
             }
-            Job::Close(sink, token) => {
+            Job::Flush(done) => {
+                producer.flush().await;
+                done.finish();
+            }
+            Job::Close(done) => {
                 producer.close().await;
-                sink.push(token, Completion::Unit);
+                done.finish();
             }
         }
     }

@@ -331,6 +331,13 @@ async fn a_transform_routes_and_rekeys_exactly_once_across_a_restart() {
     admin.control_transform("route", "resume", 0).await.unwrap();
     let again = read_all(&broker, &[("eu", 1), ("elsewhere", 3)], expected.len() + 1).await;
     assert_eq!(again.len(), expected.len() + 1);
+    // A replay from the start is a new run (a new producer epoch, sequences
+    // from 0): every input is emitted once more, none taken for a duplicate.
+    admin.control_transform("route", "replay", -2).await.unwrap();
+    let twice = read_all(&broker, &[("eu", 1), ("elsewhere", 3)], 2 * (expected.len() + 1)).await;
+    assert_eq!(twice.len(), 2 * (expected.len() + 1));
+    let replayed = &admin.list_transforms().await.unwrap()[0];
+    assert_eq!(replayed.state, "running", "{replayed:?}");
     admin.control_transform("route", "delete", 0).await.unwrap();
     assert!(admin.list_transforms().await.unwrap().is_empty());
     admin.delete_plugin("route").await.unwrap();

@@ -4,7 +4,7 @@
 //! completion queue (`weir.aio`).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use client::Offset;
@@ -70,27 +70,10 @@ pub(crate) fn messages(py: Python<'_>, records: Vec<client::ConsumerRecord>) -> 
 
 type Partitions = Vec<(String, i32)>;
 
-/// Assignment changes, recorded by the membership task and handed to Python's
-/// rebalance callbacks by the next `poll` (on the caller's thread).
-#[derive(Default)]
-struct Rebalances {
-    events: Mutex<Vec<(&'static str, Partitions)>>,
-}
-
-impl client::RebalanceListener for Rebalances {
-    fn on_assigned(&self, partitions: &[(String, i32)]) {
-        self.events.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(("assigned", partitions.to_vec()));
-    }
-
-    fn on_revoked(&self, partitions: &[(String, i32)]) {
-        self.events.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(("revoked", partitions.to_vec()));
-    }
-}
-
 #[pyclass(module = "weir._native")]
 pub(crate) struct Consumer {
     inner: Arc<client::Consumer>,
-    rebalances: Arc<Rebalances>,
+    rebalances: Arc<client_ffi::RebalanceLog>,
 }
 
 fn parse_offset(offset: &Bound<'_, PyAny>) -> PyResult<Offset> {
@@ -156,7 +139,7 @@ impl Consumer {
 
     /// `[("assigned" | "revoked", [(topic, partition)])]` since the last call.
     fn rebalance_events(&self) -> Vec<(&'static str, Partitions)> {
-        std::mem::take(&mut *self.rebalances.events.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+        self.rebalances.drain()
     }
 
     fn seek(&self, py: Python<'_>, topic: &str, partition: i32, offset: &Bound<'_, PyAny>) -> PyResult<()> {

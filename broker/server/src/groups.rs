@@ -276,6 +276,21 @@ impl GroupCoordinators {
         self.write(group_id, |coordinator| Ok((coordinator.reset_offsets(group_id, offsets, now_ms)?, ()))).await
     }
 
+    /// Deletes `group_id` if no offset of it was committed in the last
+    /// `idle_ms` (checked and deleted in one step); whether it did.
+    pub async fn delete_group_if_idle(&self, group_id: &str, idle_ms: i64) -> Result<bool, ApiError> {
+        let now_ms = self.clock.now_ms();
+        self.write(group_id, |coordinator| {
+            let offsets = coordinator.fetch_offsets(group_id, None)?;
+            let newest = offsets.iter().map(|(_, value)| value.commit_timestamp_ms).max().unwrap_or(i64::MIN);
+            match now_ms.saturating_sub(newest) > idle_ms {
+                true => Ok((coordinator.delete_group(group_id)?, true)),
+                false => Ok((Vec::new(), false)),
+            }
+        })
+        .await
+    }
+
     pub async fn delete_group(&self, group_id: &str) -> Result<(), ApiError> {
         self.write(group_id, |coordinator| Ok((coordinator.delete_group(group_id)?, ()))).await
     }

@@ -13,8 +13,13 @@
 //! deployment), one batch per output partition per input batch, and commits a
 //! checkpoint of the next input offset together with the next sequence number
 //! of every output partition after the outputs are acknowledged; it goes on
-//! only once that commit succeeded (and commits where it starts or replays
-//! from before producing from there). After a crash or a failover the task
+//! only once that commit succeeded. Where it starts, replays or jumps to (over
+//! input deleted by retention, or past a log end) is committed before it
+//! produces from there; a replay or a jump is a new run, with the producer
+//! epoch one higher and the sequences from 0, so no batch of an earlier run
+//! (by this task before a crash, or by a deposed leader's) is ever taken for
+//! one of the new run, and the earlier run's stragglers are refused
+//! (`InvalidProducerEpoch`). After a crash or a failover the task
 //! resumes from the last checkpoint; plugins are deterministic (no clock or
 //! randomness) and replicas hold the same committed records at the same
 //! offsets, so the batch it re-runs is the same, with the same sequence
@@ -30,9 +35,10 @@
 //! (`CheckpointCall::Load`), and every commit carries that epoch; the
 //! coordinator refuses one older than the stored one (`FencedLeaderEpoch`). So
 //! a task left on a deposed leader commits nothing after its successor
-//! started, and stops at its next commit: it can have produced at most the one
-//! batch in flight past the successor's starting point, which the successor
-//! re-runs as a duplicate. A checkpoint names the producer id it belongs to, and the
+//! started, and stops at its next commit (or, when its outputs are refused,
+//! at the commit of its last checkpoint it then retries): it can have produced
+//! at most the one batch in flight past the successor's starting point, which
+//! the successor re-runs as a duplicate. A checkpoint names the producer id it belongs to, and the
 //! group is named after the deployment's producer ids, so one left by an older
 //! deployment of the same name is never taken for this one's. Brokers before
 //! replication kept checkpoints as files; a task with no replicated
@@ -107,6 +113,11 @@ struct Checkpoint {
     sequences: BTreeMap<(String, i32), i32>,
     /// The latest replay this partition carried out (see `TransformImage::replay`).
     replay_generation: u64,
+    /// The producer epoch of its outputs: one more at every replay and every
+    /// jump over missing input, with the sequences starting over, so batches
+    /// of the run before (by this task before a crash, or by a deposed
+    /// leader's) are never taken for the new run's.
+    producer_epoch: i16,
 }
 
 /// A checkpoint as committed: the metadata of the group's offset (the offset
@@ -115,6 +126,8 @@ struct Checkpoint {
 struct StoredCheckpoint {
     producer_id: i64,
     replay_generation: u64,
+    #[serde(default)]
+    producer_epoch: i16,
     /// Output topic → (partition, next sequence number).
     sequences: BTreeMap<String, Vec<(i32, i32)>>,
 }
@@ -139,7 +152,12 @@ impl Checkpoint {
         for ((topic, partition), sequence) in &self.sequences {
             sequences.entry(topic.clone()).or_default().push((*partition, *sequence));
         }
-        let stored = StoredCheckpoint { producer_id, replay_generation: self.replay_generation, sequences };
+        let stored = StoredCheckpoint {
+            producer_id,
+            replay_generation: self.replay_generation,
+            producer_epoch: self.producer_epoch,
+            sequences,
+        };
         serde_json::to_string(&stored).unwrap_or_default()
     }
 
@@ -154,6 +172,7 @@ impl Checkpoint {
             next_offset: offset,
             sequences: sequences.collect(),
             replay_generation: stored.replay_generation,
+            producer_epoch: stored.producer_epoch,
         })
     }
 
@@ -166,8 +185,27 @@ impl Checkpoint {
             next_offset: legacy.next_offset,
             sequences: sequences.collect(),
             replay_generation: legacy.replay_generation,
+            producer_epoch: 0,
         })
     }
+
+    /// Goes on from `offset` as a new run (see `producer_epoch`).
+    fn restart_at(&mut self, offset: i64) -> Result<(), TransformsError> {
+        self.producer_epoch = self.producer_epoch.checked_add(1).ok_or_else(|| {
+            invalid("this input partition was replayed 32,767 times; deploy the transform again to go on")
+        })?;
+        self.next_offset = offset;
+        self.sequences.clear();
+        Ok(())
+    }
+}
+
+/// What a task found to resume from.
+enum Loaded {
+    Committed(Checkpoint),
+    /// A checkpoint file of a broker from before replication.
+    Legacy(Checkpoint),
+    Nothing,
 }
 
 /// The group whose committed offsets are the checkpoints of deployment
@@ -724,7 +762,7 @@ impl<H: TransformHost> PartitionTask<H> {
     /// for good on a checkpoint it cannot read (starting over would reuse
     /// sequence numbers). `Err` when the task must end (a newer task claimed
     /// the partition, or this one was stopped).
-    async fn load(&mut self) -> Result<Option<Checkpoint>, TransformsError> {
+    async fn load(&mut self) -> Result<Loaded, TransformsError> {
         let call = CheckpointCall::Load {
             group_id: self.group_id.clone(),
             topic: self.entry.input_topic.clone(),
@@ -734,7 +772,7 @@ impl<H: TransformHost> PartitionTask<H> {
         loop {
             match self.node.checkpoint(call.clone()).await {
                 Ok(Some((offset, metadata))) => match Checkpoint::from_stored(offset, &metadata, self.producer_id) {
-                    Some(checkpoint) => return Ok(Some(checkpoint)),
+                    Some(checkpoint) => return Ok(Loaded::Committed(checkpoint)),
                     None => self.fail(format!(
                         "its checkpoint in group {} is unreadable or another deployment's ({metadata:?}); delete and \
                          deploy the transform again",
@@ -756,7 +794,10 @@ impl<H: TransformHost> PartitionTask<H> {
             .ok()
             .flatten()
             .and_then(|bytes| serde_json::from_slice::<LegacyCheckpoint>(&bytes).ok());
-        Ok(legacy.and_then(|legacy| Checkpoint::from_legacy(legacy, self.producer_id)))
+        Ok(match legacy.and_then(|legacy| Checkpoint::from_legacy(legacy, self.producer_id)) {
+            Some(checkpoint) => Loaded::Legacy(checkpoint),
+            None => Loaded::Nothing,
+        })
     }
 
     /// Commits `checkpoint`, retrying until it is committed: a task produces
@@ -797,17 +838,27 @@ impl<H: TransformHost> PartitionTask<H> {
     }
 
     async fn run(mut self) {
-        // This deployment's checkpoint, if there is one.
+        // This deployment's checkpoint, if there is one; one from a file is
+        // committed before anything is produced from it.
         let stored = match self.load().await {
-            Ok(stored) => stored,
+            Ok(Loaded::Committed(checkpoint)) => Some(checkpoint),
+            Ok(Loaded::Legacy(checkpoint)) => match self.save_until_done(&checkpoint).await {
+                Ok(()) => Some(checkpoint),
+                Err(_) => return self.fenced(),
+            },
+            Ok(Loaded::Nothing) => None,
             Err(_) => return self.fenced(),
         };
         self.recovered();
         // A replay recorded while this partition was not running here still
         // happens, once (a first start resolves the deployment's start offset).
         let mut generation = stored.as_ref().map_or(0, |checkpoint| checkpoint.replay_generation);
-        let mut checkpoint =
-            stored.unwrap_or_else(|| Checkpoint { next_offset: -1, sequences: BTreeMap::new(), replay_generation: 0 });
+        let mut checkpoint = stored.unwrap_or(Checkpoint {
+            next_offset: -1,
+            sequences: BTreeMap::new(),
+            replay_generation: 0,
+            producer_epoch: 0,
+        });
         let mut starting = checkpoint.next_offset < 0;
         let mut buffers = vec![Vec::new()];
         loop {
@@ -816,12 +867,23 @@ impl<H: TransformHost> PartitionTask<H> {
                 match self.resolve(control.replay_from) {
                     Ok(offset) => {
                         // Where it starts (again) is committed before anything
-                        // is produced from there.
-                        checkpoint.next_offset = offset;
-                        checkpoint.replay_generation = control.generation;
-                        if self.save_until_done(&checkpoint).await.is_err() {
+                        // is produced from there; a replay is a new run.
+                        let mut next = checkpoint.clone();
+                        match starting {
+                            true => next.next_offset = offset,
+                            false => {
+                                if let Err(error) = next.restart_at(offset) {
+                                    self.fail(error.message());
+                                    let _ = self.control.changed().await;
+                                    continue;
+                                }
+                            }
+                        }
+                        next.replay_generation = control.generation;
+                        if self.save_until_done(&next).await.is_err() {
                             return self.fenced();
                         }
+                        checkpoint = next;
                         self.forget_legacy();
                         generation = control.generation;
                         starting = false;
@@ -857,16 +919,24 @@ impl<H: TransformHost> PartitionTask<H> {
                 // record kept. Past the log end (a start offset ahead of the
                 // log, or input truncated by an unclean election): from the
                 // end, never the whole log again.
+                // A jump is a new run, committed before it produces.
                 Err(error) if error.code == ErrorCode::OffsetOutOfRange => {
-                    let earliest = self.resolve(EARLIEST).unwrap_or(checkpoint.next_offset);
-                    let next = match checkpoint.next_offset < earliest {
-                        true => earliest,
-                        false => self.resolve(LATEST).unwrap_or(checkpoint.next_offset),
+                    let jump = match self.resolve(EARLIEST) {
+                        Ok(earliest) if checkpoint.next_offset < earliest => Ok(earliest),
+                        Ok(_) => self.resolve(LATEST),
+                        Err(error) => Err(error),
                     };
-                    if next == checkpoint.next_offset {
+                    let mut next = checkpoint.clone();
+                    let restarted = jump.and_then(|offset| next.restart_at(offset));
+                    if let Err(error) = restarted {
+                        self.fail(error.message());
                         tokio::time::sleep(RETRY_PAUSE).await;
+                        continue;
                     }
-                    checkpoint.next_offset = next;
+                    if self.save_until_done(&next).await.is_err() {
+                        return self.fenced();
+                    }
+                    checkpoint = next;
                     continue;
                 }
                 Err(error) => {
@@ -886,6 +956,11 @@ impl<H: TransformHost> PartitionTask<H> {
                         Err(error) if error.ends_task() => return self.fenced(),
                         Err(error) => {
                             self.fail(error.message());
+                            // Committing the last checkpoint again tells a
+                            // deposed task (whose outputs are refused) to stop.
+                            if self.save(&checkpoint).await.is_err_and(|error| error.ends_task()) {
+                                return self.fenced();
+                            }
                             tokio::time::sleep(RETRY_PAUSE).await;
                             if self.control.has_changed().unwrap_or(true) {
                                 break;
@@ -958,7 +1033,7 @@ impl<H: TransformHost> PartitionTask<H> {
             let topic = self.entry.output_topics[topic_index].clone();
             let key = (topic.clone(), partition);
             let sequence = sequences.get(&key).copied().unwrap_or(0);
-            let builder = builder.producer(self.producer_id, 0, sequence);
+            let builder = builder.producer(self.producer_id, checkpoint.producer_epoch, sequence);
             let request =
                 ProduceRequest { topic, partition, acks: Acks::All, timeout_ms: 30_000, batches: builder.encode() };
             // A re-run batch (after a crash, or by the next leader's task)
@@ -971,7 +1046,7 @@ impl<H: TransformHost> PartitionTask<H> {
             emitted += builder.record_count() as u64;
         }
         // Taken as done only once committed: a failed commit re-runs the batch.
-        let next = Checkpoint { next_offset: next_after, sequences, replay_generation: checkpoint.replay_generation };
+        let next = Checkpoint { next_offset: next_after, sequences, ..checkpoint.clone() };
         self.save(&next).await?;
         *checkpoint = next;
         self.forget_legacy();

@@ -96,7 +96,7 @@ impl Node {
     }
 
     /// Deletes the checkpoint groups of transforms that are no longer deployed
-    /// and were not committed to for [`ORPHANED_CHECKPOINTS_MS`]: the brokers
+    /// and were not committed to for `ORPHANED_CHECKPOINTS_MS`: the brokers
     /// that ran a deleted deployment delete its group, but one that was down
     /// then, or a late commit of a task that had not stopped yet, leaves it
     /// (such offsets never expire on their own). The quiet time keeps a group
@@ -116,17 +116,11 @@ impl Node {
         let deployed: std::collections::BTreeSet<String> = self.controller.read(|image| {
             image.transforms.values().map(|transform| crate::transforms::checkpoint_group(&transform.entry)).collect()
         });
-        let now_ms = self.clock.now_ms();
         for group_id in candidates.into_iter().filter(|group_id| !deployed.contains(group_id)) {
-            let Ok(offsets) = self.groups().fetch_offsets(&group_id, None).await else { continue };
-            let newest = offsets.iter().map(|(_, value)| value.commit_timestamp_ms).max().unwrap_or(i64::MIN);
-            if now_ms.saturating_sub(newest) > ORPHANED_CHECKPOINTS_MS {
-                match self.groups().delete_group(&group_id).await {
-                    Ok(()) => {
-                        tracing::info!(group = %group_id, "checkpoints of a transform no longer deployed deleted")
-                    }
-                    Err(error) => tracing::debug!(group = %group_id, %error, "orphaned checkpoints not deleted yet"),
-                }
+            match self.groups().delete_group_if_idle(&group_id, ORPHANED_CHECKPOINTS_MS).await {
+                Ok(true) => tracing::info!(group = %group_id, "checkpoints of a transform no longer deployed deleted"),
+                Ok(false) => {}
+                Err(error) => tracing::debug!(group = %group_id, %error, "orphaned checkpoints not deleted yet"),
             }
         }
     }
@@ -139,8 +133,9 @@ impl Node {
 }
 
 /// How long the checkpoint group of a transform that is no longer deployed
-/// stays before its coordinator deletes it.
-const ORPHANED_CHECKPOINTS_MS: i64 = 10 * 60 * 1000;
+/// stays idle before its coordinator deletes it (far longer than a broker's
+/// metadata can lag behind while it still coordinates anything).
+const ORPHANED_CHECKPOINTS_MS: i64 = 60 * 60 * 1000;
 
 /// Groups that hold transform checkpoints are written by their transform
 /// tasks only (clients may read them: `weir group describe` shows a

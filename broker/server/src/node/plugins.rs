@@ -702,10 +702,26 @@ impl Node {
                 };
                 self.groups().commit(&request).await.map(|()| None)
             }
-            CheckpointCall::Delete { group_id } => match self.groups().delete_group(&group_id).await {
-                Err(error) if error.code == ErrorCode::GroupIdNotFound => Ok(None),
-                done => done.map(|()| None),
-            },
+            CheckpointCall::Delete { group_id } => {
+                let deployed = self.controller.read(|image| {
+                    image
+                        .transforms
+                        .values()
+                        .any(|transform| crate::transforms::checkpoint_group(&transform.entry) == group_id)
+                });
+                if deployed {
+                    let message = format!("group {group_id:?} holds the checkpoints of a deployed transform");
+                    return Err(ApiError::new(ErrorCode::InvalidGroupId, message));
+                }
+                self.delete_checkpoint_group(&group_id).await
+            }
+        }
+    }
+
+    async fn delete_checkpoint_group(&self, group_id: &str) -> Result<Option<(i64, String)>, ApiError> {
+        match self.groups().delete_group(group_id).await {
+            Err(error) if error.code == ErrorCode::GroupIdNotFound => Ok(None),
+            done => done.map(|()| None),
         }
     }
 
