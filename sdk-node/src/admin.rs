@@ -320,10 +320,7 @@ impl NativeAdmin {
         let admin = self.inner.clone();
         let offsets = offsets
             .into_iter()
-            .map(|entry| match entry.offset.get_i64() {
-                (offset, true) if offset >= 0 => Ok(((entry.topic, entry.partition), offset)),
-                _ => Err(napi::Error::new(Status::InvalidArg, "an offset must be a non-negative 64-bit integer")),
-            })
+            .map(|entry| Ok(((entry.topic, entry.partition), crate::consumer::offset_in(&entry.offset)?)))
             .collect::<Result<Vec<_>>>()?;
         call(env, async move { admin.reset_offsets(&group_id, offsets).await }, |()| ())
     }

@@ -65,7 +65,8 @@ fn partitions_out(partitions: Vec<(String, i32)>) -> Vec<TopicPartition> {
     partitions.into_iter().map(|(topic, partition)| TopicPartition { topic, partition }).collect()
 }
 
-fn offset_in(offset: &BigInt) -> Result<i64> {
+/// A committed or sought offset from JavaScript: a non-negative 64-bit bigint.
+pub(crate) fn offset_in(offset: &BigInt) -> Result<i64> {
     match offset.get_i64() {
         (value, true) if value >= 0 => Ok(value),
         _ => Err(napi::Error::new(Status::InvalidArg, "an offset must be a non-negative 64-bit integer")),
