@@ -144,6 +144,12 @@ pub struct ConsumerConfig {
     pub auto_commit: bool,
     /// (`auto.commit.interval.ms`) default 5 s.
     pub auto_commit_interval: Duration,
+    /// What commits take for a partition: its position, the offset after the
+    /// last record `poll` returned (`enable.auto.offset.store`, default on);
+    /// or, off, only what the application stored with
+    /// [`crate::Consumer::store_offset`] once it handled a record (librdkafka's
+    /// setting of the same name: at least once for records handed on).
+    pub auto_offset_store: bool,
     /// Server-side assignor for a new group: range, roundrobin, cooperative-sticky
     /// (`group.remote.assignor`); `None`: the broker's default.
     pub group_assignor: Option<String>,
@@ -164,6 +170,7 @@ impl Default for ConsumerConfig {
             session_timeout: Duration::from_secs(45),
             auto_commit: true,
             auto_commit_interval: Duration::from_secs(5),
+            auto_offset_store: true,
             group_assignor: None,
             auto_offset_reset: OffsetReset::Latest,
         }
@@ -318,6 +325,9 @@ impl ConsumerConfig {
             config.auto_commit = on;
         }
         reader.millis("auto.commit.interval.ms", &mut config.auto_commit_interval);
+        if let Some(on) = reader.take("enable.auto.offset.store", |value| value.parse::<bool>().ok(), "true or false") {
+            config.auto_offset_store = on;
+        }
         let assignor =
             |value: &str| matches!(value, "range" | "roundrobin" | "cooperative-sticky").then(|| value.to_owned());
         if let Some(assignor) =
@@ -331,6 +341,7 @@ impl ConsumerConfig {
             "session.timeout.ms",
             "enable.auto.commit",
             "auto.commit.interval.ms",
+            "enable.auto.offset.store",
             "group.remote.assignor",
             "fetch.min.bytes",
             "fetch.max.wait.ms",

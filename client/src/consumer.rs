@@ -81,6 +81,8 @@ pub(crate) struct Inner {
     /// Something changed that the fetch task must look at (assign, seek, pause,
     /// resume, room freed by `poll`).
     wake: Notify,
+    /// Closed: polls return at once, empty (a waiting one is woken).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -99,6 +101,8 @@ struct State {
 struct Assigned {
     /// Offset of the next record `poll` returns; `None` until resolved.
     position: Option<i64>,
+    /// What the application stored to commit (`Consumer::store_offset`).
+    stored: Option<i64>,
     fetch_from: FetchFrom,
     generation: u64,
     records: VecDeque<ConsumerRecord>,
@@ -160,6 +164,7 @@ impl Consumer {
             tasks: Mutex::new(None),
             arrived: Notify::new(),
             wake: Notify::new(),
+            closed: std::sync::atomic::AtomicBool::new(false),
         };
         Consumer { inner: Arc::new(inner), membership: Mutex::new(None) }
     }
@@ -267,6 +272,9 @@ impl Consumer {
             let arrived = self.inner.arrived.notified();
             tokio::pin!(arrived);
             arrived.as_mut().enable();
+            if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+                return Ok(Vec::new());
+            }
             if let Some(outcome) = self.take_records(records_max) {
                 return outcome;
             }
@@ -323,6 +331,20 @@ impl Consumer {
         (!taken.is_empty()).then_some(Ok(taken))
     }
 
+    /// Stores `offset` (the next one to read) as what commits take for the
+    /// partition, when `enable.auto.offset.store` is off: call it once a
+    /// record is handled. Fails for a partition not assigned here.
+    pub fn store_offset(&self, topic: &str, partition: i32, offset: i64) -> Result<(), ClientError> {
+        let mut state = self.inner.lock();
+        match state.partitions.get_mut(&(Arc::from(topic), partition)) {
+            Some(assigned) => {
+                assigned.stored = Some(offset);
+                Ok(())
+            }
+            None => Err(ClientError::InvalidArgument(format!("{topic}-{partition} is not assigned to this consumer"))),
+        }
+    }
+
     /// The log start offset and high watermark of a partition.
     pub async fn watermarks(&self, topic: &str, partition: i32) -> Result<(i64, i64), ClientError> {
         let start = list_offset(&self.inner.cluster, topic, partition, Offset::Beginning).await?;
@@ -331,7 +353,8 @@ impl Consumer {
     }
 
     /// Leaves the group (committing first when auto-commit is on), stops
-    /// fetching and forgets the assignment.
+    /// fetching and forgets the assignment. A poll waiting meanwhile returns
+    /// at once, empty, and so does every later one.
     pub async fn close(&self) {
         let membership = self.membership().take();
         if let Some(membership) = membership {
@@ -397,6 +420,7 @@ impl Inner {
                 };
                 let assigned = Assigned {
                     position,
+                    stored: None,
                     fetch_from,
                     generation: state.generation_clock,
                     records: VecDeque::new(),
@@ -423,7 +447,7 @@ impl Inner {
             .iter()
             .filter_map(|(topic, partition)| {
                 let assigned = state.partitions.remove(&(Arc::from(topic.as_str()), *partition))?;
-                Some(((topic.clone(), *partition), assigned.position?))
+                Some(((topic.clone(), *partition), self.committable(&assigned)?))
             })
             .collect();
         drop(state);
@@ -431,14 +455,24 @@ impl Inner {
         positions
     }
 
-    /// The position of every assigned partition that has one.
+    /// What a commit takes for every assigned partition that has it: its
+    /// position, or its stored offset (see `ConsumerConfig::auto_offset_store`).
     pub(crate) fn positions(&self) -> Vec<((String, i32), i64)> {
         let state = self.lock();
         state
             .partitions
             .iter()
-            .filter_map(|((topic, partition), assigned)| Some(((topic.to_string(), *partition), assigned.position?)))
+            .filter_map(|((topic, partition), assigned)| {
+                Some(((topic.to_string(), *partition), self.committable(assigned)?))
+            })
             .collect()
+    }
+
+    fn committable(&self, assigned: &Assigned) -> Option<i64> {
+        match self.config.auto_offset_store {
+            true => assigned.position,
+            false => assigned.stored,
+        }
     }
 
     /// Starts the fetch and decode tasks once.
@@ -452,8 +486,11 @@ impl Inner {
         }
     }
 
-    /// Stops the tasks and forgets the assignment.
+    /// Stops the tasks and forgets the assignment; polls (waiting ones too)
+    /// return empty from now on.
     fn stop(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        self.arrived.notify_waiters();
         self.lock().partitions.clear();
         if let Some((fetcher, decoder)) = self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
             fetcher.abort();

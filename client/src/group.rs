@@ -186,7 +186,8 @@ impl Consumer {
     }
 
     /// Commits the position of every partition this member owns (the offset of
-    /// the next record `poll` returns), and waits for the coordinator.
+    /// the next record `poll` returns; its stored offset instead with
+    /// `enable.auto.offset.store` off), and waits for the coordinator.
     pub async fn commit(&self) -> Result<(), ClientError> {
         self.with_current_epoch(
             |group_id, state| async move { commit_positions(self.inner(), &group_id, &state).await },

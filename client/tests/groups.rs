@@ -369,3 +369,27 @@ async fn members_joining_together_deliver_each_record_once() {
     }
     broker.stop().await;
 }
+
+/// With `enable.auto.offset.store` off, auto-commit (on close here, and on
+/// revocation and the timer alike) commits what the application stored, not
+/// everything `poll` returned: a binding that hands records out one at a time
+/// commits only those handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_offset_store_off_commits_take_only_stored_offsets() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("events", 1)).await.unwrap();
+    produce(&broker, 0, 10).await;
+    let config = ConsumerConfig { auto_commit: true, auto_offset_store: false, ..group_config(&broker, "stored") };
+    let consumer = Consumer::new(config).unwrap();
+    consumer.subscribe(&["events".to_owned()], None).await.unwrap();
+    let records = support::consume(&consumer, 10).await;
+    assert_eq!(records.len(), 10, "every record polled");
+    consumer.store_offset("events", 0, records[2].offset + 1).unwrap();
+    assert!(consumer.store_offset("events", 7, 1).is_err(), "not assigned here");
+    consumer.close().await;
+    let description = admin.describe_group("stored").await.unwrap();
+    assert_eq!(description.offsets[0].offset, 3, "only what was stored");
+    broker.stop().await;
+}
