@@ -125,6 +125,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         Some(&py.get_type::<PyException>()),
         None,
     )?;
+    base.bind(py).setattr("retriable", false)?;
     module.add("WeirError", base.clone_ref(py))?;
     let mut types = HashMap::new();
     for code in client_ffi::error_codes() {
@@ -132,6 +133,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         let qualified =
             std::ffi::CString::new(format!("weir.{name}")).map_err(|error| PyValueError::new_err(error.to_string()))?;
         let class = PyErr::new_type(py, &qualified, None, Some(base.bind(py)), None)?;
+        class.bind(py).setattr("retriable", code.retriable)?;
         module.add(name.as_str(), class.clone_ref(py))?;
         types.insert(code.code, class);
     }

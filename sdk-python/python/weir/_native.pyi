@@ -5,6 +5,7 @@ from typing import Any, Optional
 
 class WeirError(Exception):
     code: int
+    retriable: bool
 
 def partition_for_key(key: bytes, partition_count: int) -> int: ...
 
