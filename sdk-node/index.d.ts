@@ -31,7 +31,11 @@ export interface WeirConfig {
     requestTimeout?: number;
     /** Longest a connection takes to set up (ms). */
     connectionTimeout?: number;
-    /** Any other client setting by its Kafka name (`retry.backoff.ms`, …). */
+    /**
+     * Any other setting every client takes, by its Kafka name
+     * (`retry.backoff.ms`, …); producer- or consumer-only settings go in
+     * `producer({ config })` or `consumer({ config })`.
+     */
     config?: Record<string, string>;
 }
 /** Producer settings; `config` takes any other by its Kafka name. */
@@ -71,7 +75,8 @@ export interface ConsumerConfig {
 export interface Message {
     key?: Bytes | null;
     value: Bytes | null;
-    headers?: Record<string, Bytes | null | undefined>;
+    /** A header per key; an array for a key repeated (in order), as kafkajs takes them. */
+    headers?: Record<string, Bytes | null | undefined | (Bytes | null)[]>;
     /** A partition, or none for the topic's partitioner (its plugin, else murmur2 of the key). */
     partition?: number;
     /** Milliseconds since the epoch (default: now). */
@@ -95,7 +100,8 @@ export interface RecordMetadata {
 export interface KafkaMessage {
     key: Buffer | null;
     value: Buffer | null;
-    headers: Record<string, Buffer | null>;
+    /** A header per key; an array for a key that repeats (in order). */
+    headers: Record<string, Buffer | null | (Buffer | null)[]>;
     offset: bigint;
     /** Milliseconds since the epoch. */
     timestamp: bigint;
@@ -132,6 +138,7 @@ export declare class Producer {
 }
 /** What `subscribe` takes. */
 export interface ConsumerSubscribeTopics {
+    /** Names, or `RegExp`s matched anywhere in a name (as kafkajs does; flags `i`, `m`, `s` kept). */
     topics?: (string | RegExp)[];
     topic?: string | RegExp;
     /** With no committed offset, start at the earliest record (else at the end). */
@@ -142,25 +149,42 @@ export interface Batch {
     topic: string;
     partition: number;
     messages: KafkaMessage[];
-    /** The offset after the last message. */
-    lastOffset(): bigint;
+    isEmpty(): boolean;
+    /** The first message's offset (`null` when empty). */
+    firstOffset(): bigint | null;
+    /** The last message's offset (`null` when empty), as kafkajs's `lastOffset`. */
+    lastOffset(): bigint | null;
 }
 /** What `eachMessage` is called with. */
 export interface EachMessagePayload {
     topic: string;
     partition: number;
     message: KafkaMessage;
+    /** Pauses this partition: the rest of its batch is delivered after `resume`. */
+    pause(): () => void;
 }
 /** What `eachBatch` is called with. */
 export interface EachBatchPayload {
     batch: Batch;
+    /** Marks the batch handled up to `offset` (what commits take). */
+    resolveOffset(offset: OffsetLike): void;
+    /** Resolves at once: the client core heartbeats on its own. */
+    heartbeat(): Promise<void>;
+    /** Commits what was resolved so far (with `autoCommit`). */
+    commitOffsetsIfNecessary(): Promise<void>;
     /** Whether the consumer is still running (stop after `stop()`). */
     isRunning(): boolean;
+    /** Whether this partition was taken away meanwhile. */
+    isStale(): boolean;
+    /** Pauses this partition: what was not resolved is delivered after `resume`. */
+    pause(): () => void;
 }
 /** What `run` takes: one of the handlers. */
 export interface ConsumerRunConfig {
     eachMessage?: (payload: EachMessagePayload) => Promise<void>;
     eachBatch?: (payload: EachBatchPayload) => Promise<void>;
+    /** Resolve a batch's messages when `eachBatch` returns (default true). */
+    eachBatchAutoResolve?: boolean;
     /** Partitions handled at once (messages of one partition stay in order). Default 1. */
     partitionsConsumedConcurrently?: number;
 }
@@ -171,9 +195,19 @@ export interface RebalanceEvent {
 }
 /**
  * Reads records, in a group (`subscribe`) or from chosen partitions
- * (`assign`): with `run({ eachMessage })`, `for await (const m of consumer)`,
- * or `poll()`. Events: `consumer.rebalance` (a `RebalanceEvent`) and
- * `consumer.crash` (a handler's error; the message is delivered again).
+ * (`assign`): with `run({ eachMessage | eachBatch })`, `for await (const m of
+ * consumer)`, or `poll()`.
+ *
+ * Commits take only what was handled: a message counts once its `eachMessage`
+ * returned, once `eachBatch` resolved it, once the loop asked for the next
+ * message after it, or once `poll()` returned it. With `autoCommit` (the
+ * default) that is committed every `autoCommitInterval`, when partitions move
+ * to another member, and on `disconnect()`. What was fetched and not handled
+ * (after `stop()`, a `break`, a `pause`, a handler error) is delivered again.
+ *
+ * Events: `consumer.rebalance` (a `RebalanceEvent`) and `consumer.crash` (a
+ * handler's error: its message is delivered again, after a pause that grows
+ * to 30 s while the handler keeps failing).
  */
 export declare class Consumer extends EventEmitter {
     #private;
@@ -186,26 +220,31 @@ export declare class Consumer extends EventEmitter {
     /** Resolves at once: connections are made as calls need them. */
     connect(): Promise<void>;
     /**
-     * Adds topics (names, or `RegExp`s matching whole names, now and as topics
-     * come and go) to the group subscription, joined on the first `run`, `poll`
-     * or iteration.
+     * Adds topics (names, or `RegExp`s, now and as topics come and go) to the
+     * group subscription, joined on the first `run`, `poll` or iteration.
      */
     subscribe(subscription: ConsumerSubscribeTopics): Promise<void>;
     /** Reads exactly these partitions, outside any group. */
     assign(partitions: TopicPartition[]): Promise<void>;
-    /** Records that arrive within `maxWaitTimeInMs` (joining the group first if subscribed). */
+    /**
+     * Records that arrive within `maxWaitTimeInMs` (joining the group first if
+     * subscribed), each counted as handled.
+     */
     poll(maxRecords?: number): Promise<(KafkaMessage & TopicPartition)[]>;
     /**
      * Runs the handler over everything consumed until `stop()` or
-     * `disconnect()`; resolves once running. A handler that throws is reported
-     * as `consumer.crash` and its message is delivered again after a second.
+     * `disconnect()`; resolves once running.
      */
     run(config: ConsumerRunConfig): Promise<void>;
     /** Stops `run` after the handlers in progress; the consumer stays in its group. */
     stop(): Promise<void>;
-    /** Messages one at a time, in order per partition, until the consumer is disconnected. */
+    /**
+     * Messages one at a time, in order per partition, until the consumer is
+     * disconnected or the loop ends (what was fetched and not handed out is
+     * delivered again).
+     */
     [Symbol.asyncIterator](): AsyncGenerator<KafkaMessage & TopicPartition>;
-    /** Commits every owned partition's position, or exactly `offsets` (the next offsets to read). */
+    /** Commits what was handled on every owned partition, or exactly `offsets` (the next offsets to read). */
     commitOffsets(offsets?: TopicPartitionOffset[]): Promise<void>;
     /** The group's committed offset of a partition (`null`: none). */
     committed(topicPartition: TopicPartition): Promise<bigint | null>;
@@ -217,17 +256,17 @@ export declare class Consumer extends EventEmitter {
     assignment(): TopicPartition[];
     /** The next offset to read from a partition (`null`: not owned). */
     position(topicPartition: TopicPartition): bigint | null;
-    /** Stops fetching these partitions (all of a topic's owned ones without `partitions`). */
+    /** Stops delivering these partitions (all of a topic's owned ones without `partitions`). */
     pause(topics: {
         topic: string;
         partitions?: number[];
     }[]): void;
-    /** Fetches paused partitions again. */
+    /** Delivers paused partitions again. */
     resume(topics: {
         topic: string;
         partitions?: number[];
     }[]): void;
-    /** Stops, leaves the group (committing first with auto-commit) and closes. */
+    /** Stops, leaves the group (committing what was handled, with `autoCommit`) and closes. */
     disconnect(): Promise<void>;
 }
 /** A topic to create. */
@@ -247,14 +286,18 @@ export type TransformStart = 'earliest' | 'latest' | OffsetLike;
 export declare class Admin {
     #private;
     /** @internal */
-    constructor(brokers: string[]);
+    constructor(brokers: string[], settings: Record<string, string>);
+    /** Resolves at once: connections are made as calls need them. */
     connect(): Promise<void>;
+    /** Resolves at once: the admin client's connections close when it is collected. */
     disconnect(): Promise<void>;
     /** Creates topics; resolves `false` if any already existed (kafkajs does the same). */
     createTopics(options: {
         topics: ITopicConfig[];
     }): Promise<boolean>;
+    /** Every topic's name (internal ones too). */
     listTopics(): Promise<string[]>;
+    /** Deletes topics and their data. */
     deleteTopics(options: {
         topics: string[];
     }): Promise<void>;
@@ -284,6 +327,7 @@ export declare class Admin {
     describeTopicConfigs(topic: string): Promise<Record<string, string>>;
     /** Sets topic configs (an empty value removes one). */
     alterTopicConfigs(topic: string, configs: Record<string, string>): Promise<void>;
+    /** Every consumer group: id, state and member count. */
     listGroups(): Promise<{
         groups: {
             protocolType: string;
@@ -292,6 +336,7 @@ export declare class Admin {
             members: number;
         }[];
     }>;
+    /** Groups in full: members, what they own, committed offsets. */
     describeGroups(groupIds: string[]): Promise<{
         groups: NativeTypes.GroupDescription[];
     }>;
@@ -312,6 +357,7 @@ export declare class Admin {
         topic: string;
         earliest?: boolean;
     }): Promise<void>;
+    /** Deletes groups and their committed offsets (each must have no members). */
     deleteGroups(groupIds: string[]): Promise<void>;
     /** Uploads a WebAssembly component as plugin `name` for `hook`. */
     uploadPlugin(options: {
@@ -319,8 +365,11 @@ export declare class Admin {
         hook: 'partitioner' | 'produce-interceptor' | 'consume-interceptor' | 'transform';
         wasm: Buffer;
     }): Promise<NativeTypes.PluginDescription>;
+    /** Every stored plugin, with its counters. */
     listPlugins(): Promise<NativeTypes.PluginDescription[]>;
+    /** Deletes a plugin no topic or transform uses. */
     deletePlugin(name: string): Promise<void>;
+    /** A plugin's recent log lines. */
     pluginLogs(name: string): Promise<NativeTypes.PluginLogLine[]>;
     /** Attaches an interceptor to a topic. */
     attachPlugin(options: {
@@ -330,6 +379,7 @@ export declare class Admin {
         config?: Record<string, string>;
         failurePolicy?: 'fail-closed' | 'fail-open';
     }): Promise<void>;
+    /** Detaches a plugin from a topic. */
     detachPlugin(options: {
         topic: string;
         hook: string;
@@ -350,19 +400,27 @@ export declare class Admin {
         from?: TransformStart;
         config?: Record<string, string>;
     }): Promise<void>;
+    /** Every deployed transform, with its progress per input partition. */
     listTransforms(): Promise<NativeTypes.TransformStatus[]>;
+    /** Holds a transform's input back. */
     pauseTransform(name: string): Promise<void>;
+    /** Lets a paused transform catch up. */
     resumeTransform(name: string): Promise<void>;
     /** Processes the input again from `from` (a new run: outputs are emitted again). */
     replayTransform(name: string, from: TransformStart): Promise<void>;
+    /** Stops and deletes a transform (its outputs stay). */
     deleteTransform(name: string): Promise<void>;
 }
 /** The entry point: `new Weir({ brokers })`, then its producers, consumers and admin. */
 export declare class Weir {
     #private;
+    /** Checks `brokers`; clients connect when they first need to. */
     constructor(config: WeirConfig);
+    /** A producer; its settings are checked now (`InvalidConfigError`). */
     producer(config?: ProducerConfig): Producer;
+    /** A consumer; it joins its group at the first `run`, `poll` or iteration. */
     consumer(config?: ConsumerConfig): Consumer;
+    /** An admin client. */
     admin(): Admin;
 }
 /** Kafka's murmur2 key partitioning, exactly as every Weir client does it. */

@@ -76,7 +76,7 @@ function bytes(value) {
     }
     return typeof value === 'string' ? Buffer.from(value, 'utf8') : value;
 }
-function offset(value) {
+function offset_(value) {
     if (typeof value === 'number' && !Number.isSafeInteger(value)) {
         throw new RangeError(`offset ${value} is not a safe integer; pass a bigint`);
     }
@@ -94,7 +94,7 @@ function commonSettings(config) {
     return { ...settings, ...(config.config ?? {}) };
 }
 function outgoing(topic, message) {
-    const headers = Object.entries(message.headers ?? {}).map(([key, value]) => ({ key, value: bytes(value) }));
+    const headers = Object.entries(message.headers ?? {}).flatMap(([key, value]) => Array.isArray(value) ? value.map((each) => ({ key, value: bytes(each) })) : [{ key, value: bytes(value) }]);
     const timestamp = message.timestamp === undefined ? undefined : Number(message.timestamp);
     return {
         topic,
@@ -146,11 +146,27 @@ exports.Producer = Producer;
 function escapeRegExp(text) {
     return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
+/** A JavaScript RegExp as a pattern for the client core (which matches whole names). */
+function corePattern(pattern) {
+    const flags = [...pattern.flags].filter((flag) => 'ims'.includes(flag)).join('');
+    const body = `.*(?:${pattern.source}).*`;
+    return flags === '' ? `(?:${body})` : `(?${flags}:${body})`;
+}
 function kafkaMessage(message) {
     const headers = {};
-    for (const header of message.headers)
-        headers[header.key] = header.value ?? null;
+    for (const header of message.headers) {
+        const value = header.value ?? null;
+        const seen = headers[header.key];
+        if (seen === undefined)
+            headers[header.key] = value;
+        else if (Array.isArray(seen))
+            seen.push(value);
+        else
+            headers[header.key] = [seen, value];
+    }
     return {
+        topic: message.topic,
+        partition: message.partition,
         key: message.key ?? null,
         value: message.value ?? null,
         headers,
@@ -158,11 +174,24 @@ function kafkaMessage(message) {
         timestamp: message.timestamp,
     };
 }
+const partitionKey = (topic, partition) => `${topic}\u0000${partition}`;
+/** Longest a partition waits before a message whose handler failed is delivered again. */
+const RETRY_MAX_MS = 30_000;
 /**
  * Reads records, in a group (`subscribe`) or from chosen partitions
- * (`assign`): with `run({ eachMessage })`, `for await (const m of consumer)`,
- * or `poll()`. Events: `consumer.rebalance` (a `RebalanceEvent`) and
- * `consumer.crash` (a handler's error; the message is delivered again).
+ * (`assign`): with `run({ eachMessage | eachBatch })`, `for await (const m of
+ * consumer)`, or `poll()`.
+ *
+ * Commits take only what was handled: a message counts once its `eachMessage`
+ * returned, once `eachBatch` resolved it, once the loop asked for the next
+ * message after it, or once `poll()` returned it. With `autoCommit` (the
+ * default) that is committed every `autoCommitInterval`, when partitions move
+ * to another member, and on `disconnect()`. What was fetched and not handled
+ * (after `stop()`, a `break`, a `pause`, a handler error) is delivered again.
+ *
+ * Events: `consumer.rebalance` (a `RebalanceEvent`) and `consumer.crash` (a
+ * handler's error: its message is delivered again, after a pause that grows
+ * to 30 s while the handler keeps failing).
  */
 class Consumer extends events_1.EventEmitter {
     events = { REBALANCE: 'consumer.rebalance', CRASH: 'consumer.crash' };
@@ -173,14 +202,21 @@ class Consumer extends events_1.EventEmitter {
     #topics = [];
     #patterns = [];
     #fromBeginning;
-    #joined = false;
+    #joined;
     #running = false;
+    #iterating = false;
     #loop;
+    #closed = false;
+    /** Partitions the application paused. */
+    #paused = new Set();
+    /** Partitions held back after a handler failed: key → consecutive failures. */
+    #failures = new Map();
     /** @internal */
     constructor(brokers, settings, maxWait) {
         super();
         this.#brokers = brokers;
-        this.#settings = settings;
+        // Commits take stored offsets (what was handled), never what was fetched.
+        this.#settings = { ...settings, 'enable.auto.offset.store': 'false' };
         this.#maxWait = maxWait;
     }
     #consumer() {
@@ -196,69 +232,135 @@ class Consumer extends events_1.EventEmitter {
     /** Resolves at once: connections are made as calls need them. */
     async connect() { }
     /**
-     * Adds topics (names, or `RegExp`s matching whole names, now and as topics
-     * come and go) to the group subscription, joined on the first `run`, `poll`
-     * or iteration.
+     * Adds topics (names, or `RegExp`s, now and as topics come and go) to the
+     * group subscription, joined on the first `run`, `poll` or iteration.
      */
     async subscribe(subscription) {
-        if (this.#joined) {
-            throw new errors_1.WeirError('subscribe before the consumer runs', 8, false);
+        if (this.#joined !== undefined) {
+            throw new errors_1.InvalidRequestError('subscribe before the consumer runs, polls or iterates', 8, false);
         }
         const topics = [...(subscription.topics ?? []), ...(subscription.topic === undefined ? [] : [subscription.topic])];
         for (const topic of topics) {
             if (typeof topic === 'string')
                 this.#topics.push(topic);
             else
-                this.#patterns.push(topic.source);
+                this.#patterns.push(corePattern(topic));
         }
         if (subscription.fromBeginning !== undefined)
             this.#fromBeginning ??= subscription.fromBeginning;
     }
     /** Reads exactly these partitions, outside any group. */
     async assign(partitions) {
-        this.#joined = true;
         await call(() => this.#consumer().assign(partitions));
+        this.#joined = Promise.resolve();
     }
-    async #join() {
-        if (this.#joined)
-            return;
-        this.#joined = true;
-        const consumer = this.#consumer();
-        if (this.#patterns.length === 0) {
-            await call(() => consumer.subscribe(this.#topics, null));
+    /** Joins once; a join that failed is tried again by the next call. */
+    #join() {
+        if (this.#joined === undefined) {
+            const consumer = this.#consumer();
+            const joining = this.#patterns.length === 0
+                ? call(() => consumer.subscribe(this.#topics, null))
+                : call(() => consumer.subscribe([], [...this.#topics.map(escapeRegExp), ...this.#patterns].join('|')));
+            this.#joined = joining;
+            joining.catch(() => {
+                if (this.#joined === joining)
+                    this.#joined = undefined;
+            });
         }
-        else {
-            const pattern = [...this.#topics.map(escapeRegExp), ...this.#patterns].join('|');
-            await call(() => consumer.subscribe([], `(?:${pattern})`));
-        }
+        return this.#joined;
     }
-    #emitRebalances() {
-        for (const event of this.#consumer().rebalanceEvents()) {
-            const rebalance = { type: event.kind, partitions: event.partitions };
-            this.emit(this.events.REBALANCE, rebalance);
-        }
-    }
-    /** Records that arrive within `maxWaitTimeInMs` (joining the group first if subscribed). */
-    async poll(maxRecords = 500) {
+    /** Fetched records, not yet handled. */
+    async #fetch(maxRecords) {
         await this.#join();
         const consumer = this.#consumer();
         const messages = await call(() => consumer.poll(this.#maxWait, maxRecords));
-        this.#emitRebalances();
-        return messages.map((message) => ({ ...kafkaMessage(message), topic: message.topic, partition: message.partition }));
+        for (const event of consumer.rebalanceEvents()) {
+            const rebalance = { type: event.kind, partitions: event.partitions };
+            this.#emitSafely(this.events.REBALANCE, rebalance);
+        }
+        return messages.map(kafkaMessage);
+    }
+    /** Marks a message handled: commits take the offset after it. */
+    #handled(topic, partition, offset) {
+        try {
+            this.#native?.storeOffset(topic, partition, offset + 1n);
+        }
+        catch {
+            // The partition moved meanwhile: its next owner reads it again.
+        }
+    }
+    /** Delivers `from` and what follows again (unless the partition moved). */
+    #giveBack(topic, partition, from) {
+        try {
+            this.#native?.seek(topic, partition, from);
+        }
+        catch {
+            // The partition moved meanwhile: its next owner starts at the last commit.
+        }
+    }
+    #emitSafely(event, payload) {
+        try {
+            this.emit(event, payload);
+        }
+        catch {
+            // A listener's own error must not stop the consumer.
+        }
+    }
+    /** Holds a partition back after its handler failed, longer each time. */
+    #backOff(topic, partition) {
+        const key = partitionKey(topic, partition);
+        const failures = (this.#failures.get(key) ?? 0) + 1;
+        this.#failures.set(key, failures);
+        const delay = Math.min(RETRY_MAX_MS, 1000 * 2 ** (failures - 1));
+        try {
+            this.#native?.pause(topic, partition);
+        }
+        catch {
+            return;
+        }
+        setTimeout(() => {
+            if (!this.#paused.has(key) && !this.#closed) {
+                try {
+                    this.#native?.resume(topic, partition);
+                }
+                catch {
+                    // Closed meanwhile.
+                }
+            }
+        }, delay).unref();
+    }
+    /**
+     * Records that arrive within `maxWaitTimeInMs` (joining the group first if
+     * subscribed), each counted as handled.
+     */
+    async poll(maxRecords = 500) {
+        const messages = await this.#fetch(maxRecords);
+        for (const message of messages)
+            this.#handled(message.topic, message.partition, message.offset);
+        return messages;
     }
     /**
      * Runs the handler over everything consumed until `stop()` or
-     * `disconnect()`; resolves once running. A handler that throws is reported
-     * as `consumer.crash` and its message is delivered again after a second.
+     * `disconnect()`; resolves once running.
      */
     async run(config) {
-        if (this.#running)
-            throw new errors_1.WeirError('the consumer is already running', 8, false);
+        if (this.#closed)
+            throw new errors_1.InvalidRequestError('the consumer is disconnected', 8, false);
+        if (this.#running || this.#iterating)
+            throw new errors_1.InvalidRequestError('the consumer is already running', 8, false);
         if ((config.eachMessage === undefined) === (config.eachBatch === undefined)) {
             throw new TypeError('run takes exactly one of eachMessage and eachBatch');
         }
-        await this.#join();
         this.#running = true;
+        try {
+            await this.#join();
+        }
+        catch (error) {
+            this.#running = false;
+            throw error;
+        }
+        if (!this.#running)
+            return; // stopped or disconnected while joining
         this.#loop = this.#runLoop(config);
     }
     async #runLoop(config) {
@@ -266,87 +368,149 @@ class Consumer extends events_1.EventEmitter {
         while (this.#running) {
             let messages;
             try {
-                messages = await this.poll();
+                messages = await this.#fetch(500);
             }
             catch (error) {
                 if (!this.#running)
                     return;
-                this.emit(this.events.CRASH, error);
-                await new Promise((resolve) => setTimeout(resolve, 1000));
+                this.#emitSafely(this.events.CRASH, error);
+                await new Promise((resolve) => setTimeout(resolve, 1000).unref());
                 continue;
             }
             const batches = new Map();
-            for (const message of messages) {
-                const key = `${message.topic}\u0000${message.partition}`;
+            for (const { topic, partition, ...message } of messages) {
+                const key = partitionKey(topic, partition);
                 let batch = batches.get(key);
                 if (batch === undefined) {
-                    const owner = [];
+                    const owned = [];
                     batch = {
-                        topic: message.topic,
-                        partition: message.partition,
-                        messages: owner,
-                        lastOffset: () => (owner.length === 0 ? -1n : owner[owner.length - 1].offset + 1n),
+                        topic,
+                        partition,
+                        messages: owned,
+                        isEmpty: () => owned.length === 0,
+                        firstOffset: () => (owned.length === 0 ? null : owned[0].offset),
+                        lastOffset: () => (owned.length === 0 ? null : owned[owned.length - 1].offset),
                     };
                     batches.set(key, batch);
                 }
-                const { topic: _topic, partition: _partition, ...kafka } = message;
-                batch.messages.push(kafka);
+                batch.messages.push(message);
             }
             const queue = [...batches.values()];
             const workers = Array.from({ length: Math.min(concurrency, queue.length) }, async () => {
                 for (let batch = queue.shift(); batch !== undefined; batch = queue.shift()) {
-                    await this.#handle(batch, config);
+                    const unhandled = await this.#handle(batch, config);
+                    if (unhandled !== undefined)
+                        this.#giveBack(batch.topic, batch.partition, unhandled);
                 }
             });
             await Promise.all(workers);
         }
     }
+    /** Runs the handler over one partition's batch: the first offset not handled, if any. */
     async #handle(batch, config) {
+        const { topic, partition } = batch;
+        const key = partitionKey(topic, partition);
+        const pause = () => {
+            this.pause([{ topic, partitions: [partition] }]);
+            return () => this.resume([{ topic, partitions: [partition] }]);
+        };
         if (config.eachBatch !== undefined) {
+            let resolved;
+            const payload = {
+                batch,
+                resolveOffset: (offset) => {
+                    resolved = offset_(offset);
+                    this.#handled(topic, partition, resolved);
+                },
+                heartbeat: async () => { },
+                commitOffsetsIfNecessary: async () => {
+                    if (this.#settings['enable.auto.commit'] !== 'false')
+                        await this.commitOffsets();
+                },
+                isRunning: () => this.#running,
+                isStale: () => !this.assignment().some((owned) => owned.topic === topic && owned.partition === partition),
+                pause,
+            };
             try {
-                await config.eachBatch({ batch, isRunning: () => this.#running });
+                await config.eachBatch(payload);
             }
             catch (error) {
-                this.#redeliver(batch.topic, batch.partition, batch.messages[0]?.offset, error);
+                this.#emitSafely(this.events.CRASH, error);
+                this.#backOff(topic, partition);
+                return resolved === undefined ? (batch.firstOffset() ?? undefined) : resolved + 1n;
             }
-            return;
+            this.#failures.delete(key);
+            const last = batch.lastOffset();
+            if (config.eachBatchAutoResolve !== false && last !== null && !this.#paused.has(key)) {
+                this.#handled(topic, partition, last);
+                return undefined;
+            }
+            // Not resolved to the end: the rest comes again.
+            const next = resolved === undefined ? batch.firstOffset() : resolved + 1n;
+            return next !== null && last !== null && next <= last ? next : undefined;
         }
         for (const message of batch.messages) {
-            if (!this.#running)
-                return;
+            if (!this.#running || this.#paused.has(key))
+                return message.offset;
             try {
-                await config.eachMessage({ topic: batch.topic, partition: batch.partition, message });
+                await config.eachMessage({ topic, partition, message, pause });
             }
             catch (error) {
-                this.#redeliver(batch.topic, batch.partition, message.offset, error);
-                return;
+                this.#emitSafely(this.events.CRASH, error);
+                this.#backOff(topic, partition);
+                return message.offset;
             }
+            this.#failures.delete(key);
+            this.#handled(topic, partition, message.offset);
         }
-    }
-    #redeliver(topic, partition, from, error) {
-        this.emit(this.events.CRASH, error);
-        if (from !== undefined) {
-            this.seek({ topic, partition, offset: from });
-        }
+        return undefined;
     }
     /** Stops `run` after the handlers in progress; the consumer stays in its group. */
     async stop() {
         this.#running = false;
         await this.#loop;
     }
-    /** Messages one at a time, in order per partition, until the consumer is disconnected. */
+    /**
+     * Messages one at a time, in order per partition, until the consumer is
+     * disconnected or the loop ends (what was fetched and not handed out is
+     * delivered again).
+     */
     async *[Symbol.asyncIterator]() {
-        await this.#join();
-        while (!this.#closed) {
-            for (const message of await this.poll()) {
-                yield message;
+        if (this.#running || this.#iterating)
+            throw new errors_1.InvalidRequestError('the consumer is already running', 8, false);
+        this.#iterating = true;
+        let pending = [];
+        let current;
+        try {
+            while (!this.#closed) {
+                if (pending.length === 0) {
+                    pending = await this.#fetch(100);
+                    continue;
+                }
+                current = pending.shift();
+                yield current;
+                this.#handled(current.topic, current.partition, current.offset);
+                current = undefined;
             }
         }
+        finally {
+            this.#iterating = false;
+            // The loop body ran for the last message handed out.
+            if (current !== undefined)
+                this.#handled(current.topic, current.partition, current.offset);
+            const firsts = new Map();
+            for (const message of pending) {
+                const key = partitionKey(message.topic, message.partition);
+                if (!firsts.has(key))
+                    firsts.set(key, message);
+            }
+            for (const message of firsts.values())
+                this.#giveBack(message.topic, message.partition, message.offset);
+        }
     }
-    #closed = false;
-    /** Commits every owned partition's position, or exactly `offsets` (the next offsets to read). */
+    /** Commits what was handled on every owned partition, or exactly `offsets` (the next offsets to read). */
     async commitOffsets(offsets) {
-        const entries = offsets?.map((entry) => ({ ...entry, offset: offset(entry.offset) }));
+        const entries = offsets?.map((entry) => ({ ...entry, offset: offset_(entry.offset) }));
         await call(() => this.#consumer().commit(entries ?? null));
     }
     /** The group's committed offset of a partition (`null`: none). */
@@ -355,7 +519,7 @@ class Consumer extends events_1.EventEmitter {
     }
     /** Moves a partition's position: an offset, or `'earliest'` / `'latest'`. */
     seek(target) {
-        const where = target.offset === 'earliest' || target.offset === 'latest' ? target.offset : offset(target.offset);
+        const where = target.offset === 'earliest' || target.offset === 'latest' ? target.offset : offset_(target.offset);
         sync(() => this.#consumer().seek(target.topic, target.partition, where));
     }
     /** The partitions this consumer owns now. */
@@ -374,15 +538,21 @@ class Consumer extends events_1.EventEmitter {
                 act(topic, partition);
         }
     }
-    /** Stops fetching these partitions (all of a topic's owned ones without `partitions`). */
+    /** Stops delivering these partitions (all of a topic's owned ones without `partitions`). */
     pause(topics) {
-        this.#each(topics, (topic, partition) => this.#consumer().pause(topic, partition));
+        this.#each(topics, (topic, partition) => {
+            this.#paused.add(partitionKey(topic, partition));
+            sync(() => this.#consumer().pause(topic, partition));
+        });
     }
-    /** Fetches paused partitions again. */
+    /** Delivers paused partitions again. */
     resume(topics) {
-        this.#each(topics, (topic, partition) => this.#consumer().resume(topic, partition));
+        this.#each(topics, (topic, partition) => {
+            this.#paused.delete(partitionKey(topic, partition));
+            sync(() => this.#consumer().resume(topic, partition));
+        });
     }
-    /** Stops, leaves the group (committing first with auto-commit) and closes. */
+    /** Stops, leaves the group (committing what was handled, with `autoCommit`) and closes. */
     async disconnect() {
         this.#closed = true;
         await this.stop();
@@ -393,19 +563,21 @@ class Consumer extends events_1.EventEmitter {
 exports.Consumer = Consumer;
 function transformStart(start) {
     if (start === undefined || start === 'earliest')
-        return -2;
+        return -2n;
     if (start === 'latest')
-        return -1;
-    return Number(offset(start));
+        return -1n;
+    return offset_(start);
 }
 /** Topics, configs, groups, plugins and transforms. */
 class Admin {
     #native;
     /** @internal */
-    constructor(brokers) {
-        this.#native = sync(() => new native.NativeAdmin(brokers));
+    constructor(brokers, settings) {
+        this.#native = sync(() => new native.NativeAdmin(brokers, settings));
     }
+    /** Resolves at once: connections are made as calls need them. */
     async connect() { }
+    /** Resolves at once: the admin client's connections close when it is collected. */
     async disconnect() { }
     /** Creates topics; resolves `false` if any already existed (kafkajs does the same). */
     async createTopics(options) {
@@ -424,9 +596,11 @@ class Admin {
         }
         return created;
     }
+    /** Every topic's name (internal ones too). */
     async listTopics() {
         return call(() => this.#native.listTopics());
     }
+    /** Deletes topics and their data. */
     async deleteTopics(options) {
         for (const topic of options.topics)
             await call(() => this.#native.deleteTopic(topic));
@@ -470,10 +644,12 @@ class Admin {
     async alterTopicConfigs(topic, configs) {
         await call(() => this.#native.alterTopicConfig(topic, configs));
     }
+    /** Every consumer group: id, state and member count. */
     async listGroups() {
         const groups = await call(() => this.#native.listGroups());
         return { groups: groups.map((group) => ({ ...group, protocolType: 'consumer' })) };
     }
+    /** Groups in full: members, what they own, committed offsets. */
     async describeGroups(groupIds) {
         const groups = [];
         for (const groupId of groupIds)
@@ -489,7 +665,7 @@ class Admin {
         const offsets = options.partitions.map(({ partition, offset: at }) => ({
             topic: options.topic,
             partition,
-            offset: offset(at),
+            offset: offset_(at),
         }));
         await call(() => this.#native.resetOffsets(options.groupId, offsets));
     }
@@ -502,6 +678,7 @@ class Admin {
         }));
         await this.setOffsets({ groupId: options.groupId, topic: options.topic, partitions });
     }
+    /** Deletes groups and their committed offsets (each must have no members). */
     async deleteGroups(groupIds) {
         for (const groupId of groupIds)
             await call(() => this.#native.deleteGroup(groupId));
@@ -510,12 +687,15 @@ class Admin {
     async uploadPlugin(options) {
         return call(() => this.#native.uploadPlugin(options.name, options.hook, options.wasm));
     }
+    /** Every stored plugin, with its counters. */
     async listPlugins() {
         return call(() => this.#native.listPlugins());
     }
+    /** Deletes a plugin no topic or transform uses. */
     async deletePlugin(name) {
         await call(() => this.#native.deletePlugin(name));
     }
+    /** A plugin's recent log lines. */
     async pluginLogs(name) {
         return call(() => this.#native.pluginLogs(name));
     }
@@ -524,6 +704,7 @@ class Admin {
         const { topic, hook, plugin, config, failurePolicy } = options;
         await call(() => this.#native.attachPlugin(topic, hook, plugin, config ?? {}, failurePolicy ?? null));
     }
+    /** Detaches a plugin from a topic. */
     async detachPlugin(options) {
         await call(() => this.#native.detachPlugin(options.topic, options.hook, options.plugin));
     }
@@ -536,12 +717,15 @@ class Admin {
         const { name, plugin, input, outputs, from, config } = options;
         await call(() => this.#native.deployTransform(name, plugin, input, outputs, transformStart(from), config ?? {}));
     }
+    /** Every deployed transform, with its progress per input partition. */
     async listTransforms() {
         return call(() => this.#native.listTransforms());
     }
+    /** Holds a transform's input back. */
     async pauseTransform(name) {
         await call(() => this.#native.controlTransform(name, 'pause', null));
     }
+    /** Lets a paused transform catch up. */
     async resumeTransform(name) {
         await call(() => this.#native.controlTransform(name, 'resume', null));
     }
@@ -549,6 +733,7 @@ class Admin {
     async replayTransform(name, from) {
         await call(() => this.#native.controlTransform(name, 'replay', transformStart(from)));
     }
+    /** Stops and deletes a transform (its outputs stay). */
     async deleteTransform(name) {
         await call(() => this.#native.controlTransform(name, 'delete', null));
     }
@@ -558,6 +743,7 @@ exports.Admin = Admin;
 class Weir {
     #brokers;
     #common;
+    /** Checks `brokers`; clients connect when they first need to. */
     constructor(config) {
         if (!Array.isArray(config?.brokers) || config.brokers.length === 0) {
             throw new TypeError('brokers must list at least one host:port');
@@ -565,6 +751,7 @@ class Weir {
         this.#brokers = [...config.brokers];
         this.#common = commonSettings(config);
     }
+    /** A producer; its settings are checked now (`InvalidConfigError`). */
     producer(config = {}) {
         const settings = { ...this.#common };
         if (config.idempotent !== undefined)
@@ -583,6 +770,7 @@ class Weir {
             settings['delivery.timeout.ms'] = String(config.deliveryTimeout);
         return new Producer(this.#brokers, { ...settings, ...(config.config ?? {}) });
     }
+    /** A consumer; it joins its group at the first `run`, `poll` or iteration. */
     consumer(config = {}) {
         const settings = { ...this.#common };
         if (config.groupId !== undefined)
@@ -600,8 +788,9 @@ class Weir {
             settings['max.poll.records'] = String(config.maxPollRecords);
         return new Consumer(this.#brokers, { ...settings, ...(config.config ?? {}) }, config.maxWaitTimeInMs ?? 1000);
     }
+    /** An admin client. */
     admin() {
-        return new Admin(this.#brokers);
+        return new Admin(this.#brokers, this.#common);
     }
 }
 exports.Weir = Weir;

@@ -17,7 +17,7 @@
 
 import { EventEmitter } from 'events'
 
-import { ERROR_CLASSES, WeirError } from './errors'
+import { ERROR_CLASSES, InvalidRequestError, WeirError } from './errors'
 
 export * from './errors'
 
@@ -88,7 +88,7 @@ function bytes(value: Bytes | null | undefined): Buffer | undefined {
 /** An offset in: a `bigint`, or a number or decimal string that is an integer. */
 export type OffsetLike = bigint | number | string
 
-function offset(value: OffsetLike): bigint {
+function offset_(value: OffsetLike): bigint {
   if (typeof value === 'number' && !Number.isSafeInteger(value)) {
     throw new RangeError(`offset ${value} is not a safe integer; pass a bigint`)
   }
@@ -104,7 +104,11 @@ export interface WeirConfig {
   requestTimeout?: number
   /** Longest a connection takes to set up (ms). */
   connectionTimeout?: number
-  /** Any other client setting by its Kafka name (`retry.backoff.ms`, …). */
+  /**
+   * Any other setting every client takes, by its Kafka name
+   * (`retry.backoff.ms`, …); producer- or consumer-only settings go in
+   * `producer({ config })` or `consumer({ config })`.
+   */
   config?: Record<string, string>
 }
 
@@ -147,7 +151,8 @@ export interface ConsumerConfig {
 export interface Message {
   key?: Bytes | null
   value: Bytes | null
-  headers?: Record<string, Bytes | null | undefined>
+  /** A header per key; an array for a key repeated (in order), as kafkajs takes them. */
+  headers?: Record<string, Bytes | null | undefined | (Bytes | null)[]>
   /** A partition, or none for the topic's partitioner (its plugin, else murmur2 of the key). */
   partition?: number
   /** Milliseconds since the epoch (default: now). */
@@ -174,7 +179,8 @@ export interface RecordMetadata {
 export interface KafkaMessage {
   key: Buffer | null
   value: Buffer | null
-  headers: Record<string, Buffer | null>
+  /** A header per key; an array for a key that repeats (in order). */
+  headers: Record<string, Buffer | null | (Buffer | null)[]>
   offset: bigint
   /** Milliseconds since the epoch. */
   timestamp: bigint
@@ -202,7 +208,9 @@ function commonSettings(config: WeirConfig): Record<string, string> {
 }
 
 function outgoing(topic: string, message: Message): NativeTypes.OutgoingRecord {
-  const headers = Object.entries(message.headers ?? {}).map(([key, value]) => ({ key, value: bytes(value) }))
+  const headers = Object.entries(message.headers ?? {}).flatMap(([key, value]) =>
+    Array.isArray(value) ? value.map((each) => ({ key, value: bytes(each) })) : [{ key, value: bytes(value) }],
+  )
   const timestamp = message.timestamp === undefined ? undefined : Number(message.timestamp)
   return {
     topic,
@@ -260,6 +268,7 @@ export class Producer {
 
 /** What `subscribe` takes. */
 export interface ConsumerSubscribeTopics {
+  /** Names, or `RegExp`s matched anywhere in a name (as kafkajs does; flags `i`, `m`, `s` kept). */
   topics?: (string | RegExp)[]
   topic?: string | RegExp
   /** With no committed offset, start at the earliest record (else at the end). */
@@ -271,8 +280,11 @@ export interface Batch {
   topic: string
   partition: number
   messages: KafkaMessage[]
-  /** The offset after the last message. */
-  lastOffset(): bigint
+  isEmpty(): boolean
+  /** The first message's offset (`null` when empty). */
+  firstOffset(): bigint | null
+  /** The last message's offset (`null` when empty), as kafkajs's `lastOffset`. */
+  lastOffset(): bigint | null
 }
 
 /** What `eachMessage` is called with. */
@@ -280,19 +292,33 @@ export interface EachMessagePayload {
   topic: string
   partition: number
   message: KafkaMessage
+  /** Pauses this partition: the rest of its batch is delivered after `resume`. */
+  pause(): () => void
 }
 
 /** What `eachBatch` is called with. */
 export interface EachBatchPayload {
   batch: Batch
+  /** Marks the batch handled up to `offset` (what commits take). */
+  resolveOffset(offset: OffsetLike): void
+  /** Resolves at once: the client core heartbeats on its own. */
+  heartbeat(): Promise<void>
+  /** Commits what was resolved so far (with `autoCommit`). */
+  commitOffsetsIfNecessary(): Promise<void>
   /** Whether the consumer is still running (stop after `stop()`). */
   isRunning(): boolean
+  /** Whether this partition was taken away meanwhile. */
+  isStale(): boolean
+  /** Pauses this partition: what was not resolved is delivered after `resume`. */
+  pause(): () => void
 }
 
 /** What `run` takes: one of the handlers. */
 export interface ConsumerRunConfig {
   eachMessage?: (payload: EachMessagePayload) => Promise<void>
   eachBatch?: (payload: EachBatchPayload) => Promise<void>
+  /** Resolve a batch's messages when `eachBatch` returns (default true). */
+  eachBatchAutoResolve?: boolean
   /** Partitions handled at once (messages of one partition stay in order). Default 1. */
   partitionsConsumedConcurrently?: number
 }
@@ -307,10 +333,25 @@ function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 }
 
-function kafkaMessage(message: NativeTypes.Message): KafkaMessage {
-  const headers: Record<string, Buffer | null> = {}
-  for (const header of message.headers) headers[header.key] = header.value ?? null
+/** A JavaScript RegExp as a pattern for the client core (which matches whole names). */
+function corePattern(pattern: RegExp): string {
+  const flags = [...pattern.flags].filter((flag) => 'ims'.includes(flag)).join('')
+  const body = `.*(?:${pattern.source}).*`
+  return flags === '' ? `(?:${body})` : `(?${flags}:${body})`
+}
+
+function kafkaMessage(message: NativeTypes.Message): KafkaMessage & TopicPartition {
+  const headers: Record<string, Buffer | null | (Buffer | null)[]> = {}
+  for (const header of message.headers) {
+    const value = header.value ?? null
+    const seen = headers[header.key]
+    if (seen === undefined) headers[header.key] = value
+    else if (Array.isArray(seen)) seen.push(value)
+    else headers[header.key] = [seen, value]
+  }
   return {
+    topic: message.topic,
+    partition: message.partition,
     key: message.key ?? null,
     value: message.value ?? null,
     headers,
@@ -319,11 +360,26 @@ function kafkaMessage(message: NativeTypes.Message): KafkaMessage {
   }
 }
 
+const partitionKey = (topic: string, partition: number): string => `${topic}\u0000${partition}`
+
+/** Longest a partition waits before a message whose handler failed is delivered again. */
+const RETRY_MAX_MS = 30_000
+
 /**
  * Reads records, in a group (`subscribe`) or from chosen partitions
- * (`assign`): with `run({ eachMessage })`, `for await (const m of consumer)`,
- * or `poll()`. Events: `consumer.rebalance` (a `RebalanceEvent`) and
- * `consumer.crash` (a handler's error; the message is delivered again).
+ * (`assign`): with `run({ eachMessage | eachBatch })`, `for await (const m of
+ * consumer)`, or `poll()`.
+ *
+ * Commits take only what was handled: a message counts once its `eachMessage`
+ * returned, once `eachBatch` resolved it, once the loop asked for the next
+ * message after it, or once `poll()` returned it. With `autoCommit` (the
+ * default) that is committed every `autoCommitInterval`, when partitions move
+ * to another member, and on `disconnect()`. What was fetched and not handled
+ * (after `stop()`, a `break`, a `pause`, a handler error) is delivered again.
+ *
+ * Events: `consumer.rebalance` (a `RebalanceEvent`) and `consumer.crash` (a
+ * handler's error: its message is delivered again, after a pause that grows
+ * to 30 s while the handler keeps failing).
  */
 export class Consumer extends EventEmitter {
   readonly events = { REBALANCE: 'consumer.rebalance', CRASH: 'consumer.crash' } as const
@@ -334,15 +390,22 @@ export class Consumer extends EventEmitter {
   #topics: string[] = []
   #patterns: string[] = []
   #fromBeginning: boolean | undefined
-  #joined = false
+  #joined: Promise<void> | undefined
   #running = false
+  #iterating = false
   #loop: Promise<void> | undefined
+  #closed = false
+  /** Partitions the application paused. */
+  readonly #paused = new Set<string>()
+  /** Partitions held back after a handler failed: key → consecutive failures. */
+  readonly #failures = new Map<string, number>()
 
   /** @internal */
   constructor(brokers: string[], settings: Record<string, string>, maxWait: number) {
     super()
     this.#brokers = brokers
-    this.#settings = settings
+    // Commits take stored offsets (what was handled), never what was fetched.
+    this.#settings = { ...settings, 'enable.auto.offset.store': 'false' }
     this.#maxWait = maxWait
   }
 
@@ -361,68 +424,131 @@ export class Consumer extends EventEmitter {
   async connect(): Promise<void> {}
 
   /**
-   * Adds topics (names, or `RegExp`s matching whole names, now and as topics
-   * come and go) to the group subscription, joined on the first `run`, `poll`
-   * or iteration.
+   * Adds topics (names, or `RegExp`s, now and as topics come and go) to the
+   * group subscription, joined on the first `run`, `poll` or iteration.
    */
   async subscribe(subscription: ConsumerSubscribeTopics): Promise<void> {
-    if (this.#joined) {
-      throw new WeirError('subscribe before the consumer runs', 8, false)
+    if (this.#joined !== undefined) {
+      throw new InvalidRequestError('subscribe before the consumer runs, polls or iterates', 8, false)
     }
     const topics = [...(subscription.topics ?? []), ...(subscription.topic === undefined ? [] : [subscription.topic])]
     for (const topic of topics) {
       if (typeof topic === 'string') this.#topics.push(topic)
-      else this.#patterns.push(topic.source)
+      else this.#patterns.push(corePattern(topic))
     }
     if (subscription.fromBeginning !== undefined) this.#fromBeginning ??= subscription.fromBeginning
   }
 
   /** Reads exactly these partitions, outside any group. */
   async assign(partitions: TopicPartition[]): Promise<void> {
-    this.#joined = true
     await call(() => this.#consumer().assign(partitions))
+    this.#joined = Promise.resolve()
   }
 
-  async #join(): Promise<void> {
-    if (this.#joined) return
-    this.#joined = true
-    const consumer = this.#consumer()
-    if (this.#patterns.length === 0) {
-      await call(() => consumer.subscribe(this.#topics, null))
-    } else {
-      const pattern = [...this.#topics.map(escapeRegExp), ...this.#patterns].join('|')
-      await call(() => consumer.subscribe([], `(?:${pattern})`))
+  /** Joins once; a join that failed is tried again by the next call. */
+  #join(): Promise<void> {
+    if (this.#joined === undefined) {
+      const consumer = this.#consumer()
+      const joining =
+        this.#patterns.length === 0
+          ? call(() => consumer.subscribe(this.#topics, null))
+          : call(() => consumer.subscribe([], [...this.#topics.map(escapeRegExp), ...this.#patterns].join('|')))
+      this.#joined = joining
+      joining.catch(() => {
+        if (this.#joined === joining) this.#joined = undefined
+      })
     }
+    return this.#joined
   }
 
-  #emitRebalances(): void {
-    for (const event of this.#consumer().rebalanceEvents()) {
-      const rebalance: RebalanceEvent = { type: event.kind as 'assigned' | 'revoked', partitions: event.partitions }
-      this.emit(this.events.REBALANCE, rebalance)
-    }
-  }
-
-  /** Records that arrive within `maxWaitTimeInMs` (joining the group first if subscribed). */
-  async poll(maxRecords = 500): Promise<(KafkaMessage & TopicPartition)[]> {
+  /** Fetched records, not yet handled. */
+  async #fetch(maxRecords: number): Promise<(KafkaMessage & TopicPartition)[]> {
     await this.#join()
     const consumer = this.#consumer()
     const messages = await call(() => consumer.poll(this.#maxWait, maxRecords))
-    this.#emitRebalances()
-    return messages.map((message) => ({ ...kafkaMessage(message), topic: message.topic, partition: message.partition }))
+    for (const event of consumer.rebalanceEvents()) {
+      const rebalance: RebalanceEvent = { type: event.kind as 'assigned' | 'revoked', partitions: event.partitions }
+      this.#emitSafely(this.events.REBALANCE, rebalance)
+    }
+    return messages.map(kafkaMessage)
+  }
+
+  /** Marks a message handled: commits take the offset after it. */
+  #handled(topic: string, partition: number, offset: bigint): void {
+    try {
+      this.#native?.storeOffset(topic, partition, offset + 1n)
+    } catch {
+      // The partition moved meanwhile: its next owner reads it again.
+    }
+  }
+
+  /** Delivers `from` and what follows again (unless the partition moved). */
+  #giveBack(topic: string, partition: number, from: bigint): void {
+    try {
+      this.#native?.seek(topic, partition, from)
+    } catch {
+      // The partition moved meanwhile: its next owner starts at the last commit.
+    }
+  }
+
+  #emitSafely(event: string, payload: unknown): void {
+    try {
+      this.emit(event, payload)
+    } catch {
+      // A listener's own error must not stop the consumer.
+    }
+  }
+
+  /** Holds a partition back after its handler failed, longer each time. */
+  #backOff(topic: string, partition: number): void {
+    const key = partitionKey(topic, partition)
+    const failures = (this.#failures.get(key) ?? 0) + 1
+    this.#failures.set(key, failures)
+    const delay = Math.min(RETRY_MAX_MS, 1000 * 2 ** (failures - 1))
+    try {
+      this.#native?.pause(topic, partition)
+    } catch {
+      return
+    }
+    setTimeout(() => {
+      if (!this.#paused.has(key) && !this.#closed) {
+        try {
+          this.#native?.resume(topic, partition)
+        } catch {
+          // Closed meanwhile.
+        }
+      }
+    }, delay).unref()
+  }
+
+  /**
+   * Records that arrive within `maxWaitTimeInMs` (joining the group first if
+   * subscribed), each counted as handled.
+   */
+  async poll(maxRecords = 500): Promise<(KafkaMessage & TopicPartition)[]> {
+    const messages = await this.#fetch(maxRecords)
+    for (const message of messages) this.#handled(message.topic, message.partition, message.offset)
+    return messages
   }
 
   /**
    * Runs the handler over everything consumed until `stop()` or
-   * `disconnect()`; resolves once running. A handler that throws is reported
-   * as `consumer.crash` and its message is delivered again after a second.
+   * `disconnect()`; resolves once running.
    */
   async run(config: ConsumerRunConfig): Promise<void> {
-    if (this.#running) throw new WeirError('the consumer is already running', 8, false)
+    if (this.#closed) throw new InvalidRequestError('the consumer is disconnected', 8, false)
+    if (this.#running || this.#iterating) throw new InvalidRequestError('the consumer is already running', 8, false)
     if ((config.eachMessage === undefined) === (config.eachBatch === undefined)) {
       throw new TypeError('run takes exactly one of eachMessage and eachBatch')
     }
-    await this.#join()
     this.#running = true
+    try {
+      await this.#join()
+    } catch (error) {
+      this.#running = false
+      throw error
+    }
+    if (!this.#running) return // stopped or disconnected while joining
     this.#loop = this.#runLoop(config)
   }
 
@@ -431,65 +557,96 @@ export class Consumer extends EventEmitter {
     while (this.#running) {
       let messages: (KafkaMessage & TopicPartition)[]
       try {
-        messages = await this.poll()
+        messages = await this.#fetch(500)
       } catch (error) {
         if (!this.#running) return
-        this.emit(this.events.CRASH, error)
-        await new Promise((resolve) => setTimeout(resolve, 1000))
+        this.#emitSafely(this.events.CRASH, error)
+        await new Promise((resolve) => setTimeout(resolve, 1000).unref())
         continue
       }
       const batches = new Map<string, Batch>()
-      for (const message of messages) {
-        const key = `${message.topic}\u0000${message.partition}`
+      for (const { topic, partition, ...message } of messages) {
+        const key = partitionKey(topic, partition)
         let batch = batches.get(key)
         if (batch === undefined) {
-          const owner: KafkaMessage[] = []
+          const owned: KafkaMessage[] = []
           batch = {
-            topic: message.topic,
-            partition: message.partition,
-            messages: owner,
-            lastOffset: () => (owner.length === 0 ? -1n : owner[owner.length - 1].offset + 1n),
+            topic,
+            partition,
+            messages: owned,
+            isEmpty: () => owned.length === 0,
+            firstOffset: () => (owned.length === 0 ? null : owned[0].offset),
+            lastOffset: () => (owned.length === 0 ? null : owned[owned.length - 1].offset),
           }
           batches.set(key, batch)
         }
-        const { topic: _topic, partition: _partition, ...kafka } = message
-        batch.messages.push(kafka)
+        batch.messages.push(message)
       }
       const queue = [...batches.values()]
       const workers = Array.from({ length: Math.min(concurrency, queue.length) }, async () => {
         for (let batch = queue.shift(); batch !== undefined; batch = queue.shift()) {
-          await this.#handle(batch, config)
+          const unhandled = await this.#handle(batch, config)
+          if (unhandled !== undefined) this.#giveBack(batch.topic, batch.partition, unhandled)
         }
       })
       await Promise.all(workers)
     }
   }
 
-  async #handle(batch: Batch, config: ConsumerRunConfig): Promise<void> {
+  /** Runs the handler over one partition's batch: the first offset not handled, if any. */
+  async #handle(batch: Batch, config: ConsumerRunConfig): Promise<bigint | undefined> {
+    const { topic, partition } = batch
+    const key = partitionKey(topic, partition)
+    const pause = () => {
+      this.pause([{ topic, partitions: [partition] }])
+      return () => this.resume([{ topic, partitions: [partition] }])
+    }
     if (config.eachBatch !== undefined) {
-      try {
-        await config.eachBatch({ batch, isRunning: () => this.#running })
-      } catch (error) {
-        this.#redeliver(batch.topic, batch.partition, batch.messages[0]?.offset, error)
+      let resolved: bigint | undefined
+      const payload: EachBatchPayload = {
+        batch,
+        resolveOffset: (offset) => {
+          resolved = offset_(offset)
+          this.#handled(topic, partition, resolved)
+        },
+        heartbeat: async () => {},
+        commitOffsetsIfNecessary: async () => {
+          if (this.#settings['enable.auto.commit'] !== 'false') await this.commitOffsets()
+        },
+        isRunning: () => this.#running,
+        isStale: () => !this.assignment().some((owned) => owned.topic === topic && owned.partition === partition),
+        pause,
       }
-      return
+      try {
+        await config.eachBatch(payload)
+      } catch (error) {
+        this.#emitSafely(this.events.CRASH, error)
+        this.#backOff(topic, partition)
+        return resolved === undefined ? (batch.firstOffset() ?? undefined) : resolved + 1n
+      }
+      this.#failures.delete(key)
+      const last = batch.lastOffset()
+      if (config.eachBatchAutoResolve !== false && last !== null && !this.#paused.has(key)) {
+        this.#handled(topic, partition, last)
+        return undefined
+      }
+      // Not resolved to the end: the rest comes again.
+      const next = resolved === undefined ? batch.firstOffset() : resolved + 1n
+      return next !== null && last !== null && next <= last ? next : undefined
     }
     for (const message of batch.messages) {
-      if (!this.#running) return
+      if (!this.#running || this.#paused.has(key)) return message.offset
       try {
-        await config.eachMessage!({ topic: batch.topic, partition: batch.partition, message })
+        await config.eachMessage!({ topic, partition, message, pause })
       } catch (error) {
-        this.#redeliver(batch.topic, batch.partition, message.offset, error)
-        return
+        this.#emitSafely(this.events.CRASH, error)
+        this.#backOff(topic, partition)
+        return message.offset
       }
+      this.#failures.delete(key)
+      this.#handled(topic, partition, message.offset)
     }
-  }
-
-  #redeliver(topic: string, partition: number, from: bigint | undefined, error: unknown): void {
-    this.emit(this.events.CRASH, error)
-    if (from !== undefined) {
-      this.seek({ topic, partition, offset: from })
-    }
+    return undefined
   }
 
   /** Stops `run` after the handlers in progress; the consumer stays in its group. */
@@ -498,21 +655,43 @@ export class Consumer extends EventEmitter {
     await this.#loop
   }
 
-  /** Messages one at a time, in order per partition, until the consumer is disconnected. */
+  /**
+   * Messages one at a time, in order per partition, until the consumer is
+   * disconnected or the loop ends (what was fetched and not handed out is
+   * delivered again).
+   */
   async *[Symbol.asyncIterator](): AsyncGenerator<KafkaMessage & TopicPartition> {
-    await this.#join()
-    while (!this.#closed) {
-      for (const message of await this.poll()) {
-        yield message
+    if (this.#running || this.#iterating) throw new InvalidRequestError('the consumer is already running', 8, false)
+    this.#iterating = true
+    let pending: (KafkaMessage & TopicPartition)[] = []
+    let current: (KafkaMessage & TopicPartition) | undefined
+    try {
+      while (!this.#closed) {
+        if (pending.length === 0) {
+          pending = await this.#fetch(100)
+          continue
+        }
+        current = pending.shift()!
+        yield current
+        this.#handled(current.topic, current.partition, current.offset)
+        current = undefined
       }
+    } finally {
+      this.#iterating = false
+      // The loop body ran for the last message handed out.
+      if (current !== undefined) this.#handled(current.topic, current.partition, current.offset)
+      const firsts = new Map<string, KafkaMessage & TopicPartition>()
+      for (const message of pending) {
+        const key = partitionKey(message.topic, message.partition)
+        if (!firsts.has(key)) firsts.set(key, message)
+      }
+      for (const message of firsts.values()) this.#giveBack(message.topic, message.partition, message.offset)
     }
   }
 
-  #closed = false
-
-  /** Commits every owned partition's position, or exactly `offsets` (the next offsets to read). */
+  /** Commits what was handled on every owned partition, or exactly `offsets` (the next offsets to read). */
   async commitOffsets(offsets?: TopicPartitionOffset[]): Promise<void> {
-    const entries = offsets?.map((entry) => ({ ...entry, offset: offset(entry.offset) }))
+    const entries = offsets?.map((entry) => ({ ...entry, offset: offset_(entry.offset) }))
     await call(() => this.#consumer().commit(entries ?? null))
   }
 
@@ -523,7 +702,7 @@ export class Consumer extends EventEmitter {
 
   /** Moves a partition's position: an offset, or `'earliest'` / `'latest'`. */
   seek(target: TopicPartition & { offset: OffsetLike | 'earliest' | 'latest' }): void {
-    const where = target.offset === 'earliest' || target.offset === 'latest' ? target.offset : offset(target.offset)
+    const where = target.offset === 'earliest' || target.offset === 'latest' ? target.offset : offset_(target.offset)
     sync(() => this.#consumer().seek(target.topic, target.partition, where))
   }
 
@@ -545,17 +724,23 @@ export class Consumer extends EventEmitter {
     }
   }
 
-  /** Stops fetching these partitions (all of a topic's owned ones without `partitions`). */
+  /** Stops delivering these partitions (all of a topic's owned ones without `partitions`). */
   pause(topics: { topic: string; partitions?: number[] }[]): void {
-    this.#each(topics, (topic, partition) => this.#consumer().pause(topic, partition))
+    this.#each(topics, (topic, partition) => {
+      this.#paused.add(partitionKey(topic, partition))
+      sync(() => this.#consumer().pause(topic, partition))
+    })
   }
 
-  /** Fetches paused partitions again. */
+  /** Delivers paused partitions again. */
   resume(topics: { topic: string; partitions?: number[] }[]): void {
-    this.#each(topics, (topic, partition) => this.#consumer().resume(topic, partition))
+    this.#each(topics, (topic, partition) => {
+      this.#paused.delete(partitionKey(topic, partition))
+      sync(() => this.#consumer().resume(topic, partition))
+    })
   }
 
-  /** Stops, leaves the group (committing first with auto-commit) and closes. */
+  /** Stops, leaves the group (committing what was handled, with `autoCommit`) and closes. */
   async disconnect(): Promise<void> {
     this.#closed = true
     await this.stop()
@@ -575,10 +760,10 @@ export interface ITopicConfig {
 /** Where to start a transform, or replay it from. */
 export type TransformStart = 'earliest' | 'latest' | OffsetLike
 
-function transformStart(start: TransformStart | undefined): number {
-  if (start === undefined || start === 'earliest') return -2
-  if (start === 'latest') return -1
-  return Number(offset(start))
+function transformStart(start: TransformStart | undefined): bigint {
+  if (start === undefined || start === 'earliest') return -2n
+  if (start === 'latest') return -1n
+  return offset_(start)
 }
 
 /** Topics, configs, groups, plugins and transforms. */
@@ -586,12 +771,14 @@ export class Admin {
   readonly #native: InstanceType<Native['NativeAdmin']>
 
   /** @internal */
-  constructor(brokers: string[]) {
-    this.#native = sync(() => new native.NativeAdmin(brokers))
+  constructor(brokers: string[], settings: Record<string, string>) {
+    this.#native = sync(() => new native.NativeAdmin(brokers, settings))
   }
 
+  /** Resolves at once: connections are made as calls need them. */
   async connect(): Promise<void> {}
 
+  /** Resolves at once: the admin client's connections close when it is collected. */
   async disconnect(): Promise<void> {}
 
   /** Creates topics; resolves `false` if any already existed (kafkajs does the same). */
@@ -611,10 +798,12 @@ export class Admin {
     return created
   }
 
+  /** Every topic's name (internal ones too). */
   async listTopics(): Promise<string[]> {
     return call(() => this.#native.listTopics())
   }
 
+  /** Deletes topics and their data. */
   async deleteTopics(options: { topics: string[] }): Promise<void> {
     for (const topic of options.topics) await call(() => this.#native.deleteTopic(topic))
   }
@@ -663,11 +852,13 @@ export class Admin {
     await call(() => this.#native.alterTopicConfig(topic, configs))
   }
 
+  /** Every consumer group: id, state and member count. */
   async listGroups() {
     const groups = await call(() => this.#native.listGroups())
     return { groups: groups.map((group) => ({ ...group, protocolType: 'consumer' })) }
   }
 
+  /** Groups in full: members, what they own, committed offsets. */
   async describeGroups(groupIds: string[]) {
     const groups = []
     for (const groupId of groupIds) groups.push(await call(() => this.#native.describeGroup(groupId)))
@@ -684,7 +875,7 @@ export class Admin {
     const offsets = options.partitions.map(({ partition, offset: at }) => ({
       topic: options.topic,
       partition,
-      offset: offset(at),
+      offset: offset_(at),
     }))
     await call(() => this.#native.resetOffsets(options.groupId, offsets))
   }
@@ -699,6 +890,7 @@ export class Admin {
     await this.setOffsets({ groupId: options.groupId, topic: options.topic, partitions })
   }
 
+  /** Deletes groups and their committed offsets (each must have no members). */
   async deleteGroups(groupIds: string[]): Promise<void> {
     for (const groupId of groupIds) await call(() => this.#native.deleteGroup(groupId))
   }
@@ -712,14 +904,17 @@ export class Admin {
     return call(() => this.#native.uploadPlugin(options.name, options.hook, options.wasm))
   }
 
+  /** Every stored plugin, with its counters. */
   async listPlugins() {
     return call(() => this.#native.listPlugins())
   }
 
+  /** Deletes a plugin no topic or transform uses. */
   async deletePlugin(name: string): Promise<void> {
     await call(() => this.#native.deletePlugin(name))
   }
 
+  /** A plugin's recent log lines. */
   async pluginLogs(name: string) {
     return call(() => this.#native.pluginLogs(name))
   }
@@ -736,6 +931,7 @@ export class Admin {
     await call(() => this.#native.attachPlugin(topic, hook, plugin, config ?? {}, failurePolicy ?? null))
   }
 
+  /** Detaches a plugin from a topic. */
   async detachPlugin(options: { topic: string; hook: string; plugin: string }): Promise<void> {
     await call(() => this.#native.detachPlugin(options.topic, options.hook, options.plugin))
   }
@@ -758,14 +954,17 @@ export class Admin {
     await call(() => this.#native.deployTransform(name, plugin, input, outputs, transformStart(from), config ?? {}))
   }
 
+  /** Every deployed transform, with its progress per input partition. */
   async listTransforms() {
     return call(() => this.#native.listTransforms())
   }
 
+  /** Holds a transform's input back. */
   async pauseTransform(name: string): Promise<void> {
     await call(() => this.#native.controlTransform(name, 'pause', null))
   }
 
+  /** Lets a paused transform catch up. */
   async resumeTransform(name: string): Promise<void> {
     await call(() => this.#native.controlTransform(name, 'resume', null))
   }
@@ -775,6 +974,7 @@ export class Admin {
     await call(() => this.#native.controlTransform(name, 'replay', transformStart(from)))
   }
 
+  /** Stops and deletes a transform (its outputs stay). */
   async deleteTransform(name: string): Promise<void> {
     await call(() => this.#native.controlTransform(name, 'delete', null))
   }
@@ -785,6 +985,7 @@ export class Weir {
   readonly #brokers: string[]
   readonly #common: Record<string, string>
 
+  /** Checks `brokers`; clients connect when they first need to. */
   constructor(config: WeirConfig) {
     if (!Array.isArray(config?.brokers) || config.brokers.length === 0) {
       throw new TypeError('brokers must list at least one host:port')
@@ -793,6 +994,7 @@ export class Weir {
     this.#common = commonSettings(config)
   }
 
+  /** A producer; its settings are checked now (`InvalidConfigError`). */
   producer(config: ProducerConfig = {}): Producer {
     const settings: Record<string, string> = { ...this.#common }
     if (config.idempotent !== undefined) settings['enable.idempotence'] = String(config.idempotent)
@@ -805,6 +1007,7 @@ export class Weir {
     return new Producer(this.#brokers, { ...settings, ...(config.config ?? {}) })
   }
 
+  /** A consumer; it joins its group at the first `run`, `poll` or iteration. */
   consumer(config: ConsumerConfig = {}): Consumer {
     const settings: Record<string, string> = { ...this.#common }
     if (config.groupId !== undefined) settings['group.id'] = config.groupId
@@ -818,8 +1021,9 @@ export class Weir {
     return new Consumer(this.#brokers, { ...settings, ...(config.config ?? {}) }, config.maxWaitTimeInMs ?? 1000)
   }
 
+  /** An admin client. */
   admin(): Admin {
-    return new Admin(this.#brokers)
+    return new Admin(this.#brokers, this.#common)
   }
 }
 

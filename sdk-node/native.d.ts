@@ -11,7 +11,11 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 
 /** An admin client over the client core. */
 export declare class NativeAdmin {
-  constructor(brokers: Array<string>)
+  /**
+   * `config` holds common client settings by their Kafka names
+   * (`client.id`, `request.timeout.ms`, …).
+   */
+  constructor(brokers: Array<string>, config?: Record<string, string> | undefined | null)
   /** Creates a topic (`replicationFactor` -1: the broker default). */
   createTopic(name: string, partitions: number, replicationFactor: number, configs?: Record<string, string> | undefined | null): Promise<void>
   listTopics(): Promise<Array<string>>
@@ -38,13 +42,13 @@ export declare class NativeAdmin {
   attachPlugin(topic: string, hook: string, plugin: string, config?: Record<string, string> | undefined | null, failurePolicy?: string | undefined | null): Promise<void>
   detachPlugin(topic: string, hook: string, plugin: string): Promise<void>
   /** Deploys a transform: `start` is -2 (earliest), -1 (latest) or an offset. */
-  deployTransform(name: string, plugin: string, inputTopic: string, outputTopics: Array<string>, start: number, config?: Record<string, string> | undefined | null): Promise<void>
+  deployTransform(name: string, plugin: string, inputTopic: string, outputTopics: Array<string>, start: bigint, config?: Record<string, string> | undefined | null): Promise<void>
   listTransforms(): Promise<Array<TransformStatus>>
   /**
    * `pause`, `resume`, `delete`, or `replay` from `offset` (-2 earliest,
    * -1 latest).
    */
-  controlTransform(name: string, action: string, offset?: number | undefined | null): Promise<void>
+  controlTransform(name: string, action: string, offset?: bigint | undefined | null): Promise<void>
 }
 
 /** A consumer over the client core. */
@@ -69,6 +73,11 @@ export declare class NativeConsumer {
   committed(topic: string, partition: number): Promise<bigint | null>
   /** Moves a partition's position: an offset, or `earliest` / `latest`. */
   seek(topic: string, partition: number, offset: bigint | string): void
+  /**
+   * Stores the next offset to read as what commits take for a partition
+   * (with `enable.auto.offset.store=false`): once a record is handled.
+   */
+  storeOffset(topic: string, partition: number, offset: bigint): void
   /** The partitions this consumer owns now. */
   assignment(): Array<TopicPartition>
   /** The next offset to read from a partition (null: not owned). */
@@ -91,7 +100,8 @@ export declare class NativeProducer {
   /**
    * Queues `records` behind earlier sends (now, in call order); resolves
    * with where each landed once all are acknowledged, or rejects with the
-   * first refusal.
+   * first refusal (records after a record the producer refused are not
+   * sent).
    */
   send(records: Array<OutgoingRecord>): Promise<Array<Delivered>>
   /** Resolves once everything sent before it is acknowledged. */

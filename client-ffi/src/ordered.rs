@@ -120,6 +120,8 @@ impl OrderedProducer {
     }
 
     fn submit(&self, job: Job) -> Result<(), Error> {
+        // A task of a parent process does not run after fork(): refuse.
+        runtime::check()?;
         let mut jobs = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let sender = match &*jobs {
             Some(sender) => sender.clone(),
@@ -136,10 +138,14 @@ impl OrderedProducer {
     /// arrives under `token`. `false`, queueing nothing, while the queue holds
     /// `buffer.memory` bytes: wait with [`OrderedProducer::room_nowait`].
     pub fn send_nowait(&self, record: ProducerRecord, sink: &Arc<Sink>, token: u64) -> Result<bool, Error> {
-        if !self.queued.try_add(record_bytes(&record)) {
+        let bytes = record_bytes(&record);
+        if !self.queued.try_add(bytes) {
             return Ok(false);
         }
-        self.submit(Job::Send(record, sink.clone(), token))?;
+        if let Err(error) = self.submit(Job::Send(record, sink.clone(), token)) {
+            self.queued.release(bytes);
+            return Err(error);
+        }
         Ok(true)
     }
 
@@ -167,7 +173,8 @@ impl OrderedProducer {
     /// Queues `records` behind earlier sends, now (so calls keep their order
     /// whenever their futures are awaited), not bounded by `buffer.memory`;
     /// the future gives one outcome per record, in order, once all are
-    /// acknowledged or refused.
+    /// acknowledged or refused. Records after one the producer refused are
+    /// not sent (their outcome carries the refusal's code).
     pub fn send_all(
         &self,
         records: Vec<ProducerRecord>,
@@ -214,9 +221,22 @@ async fn run(producer: Producer, mut jobs: mpsc::UnboundedReceiver<Job>, queued:
                 }
             }
             Job::SendAll(records, done) => {
+                // After a refusal the rest are not sent (their outcome says
+                // so): the caller knows exactly which records were written.
                 let mut deliveries = Vec::with_capacity(records.len());
+                let mut refused: Option<Error> = None;
                 for record in records {
-                    deliveries.push(producer.send(record).await.map_err(Error::from));
+                    let outcome = match &refused {
+                        Some(first) => Err(Error {
+                            message: format!("not sent: an earlier record of the call was refused ({})", first.message),
+                            ..first.clone()
+                        }),
+                        None => producer.send(record).await.map_err(Error::from),
+                    };
+                    if let (None, Err(error)) = (&refused, &outcome) {
+                        refused = Some(error.clone());
+                    }
+                    deliveries.push(outcome);
                 }
                 tokio::spawn(async move {
                     let mut outcomes = Vec::with_capacity(deliveries.len());

@@ -60,6 +60,22 @@ pub fn spawn(future: impl Future<Output = ()> + Send + 'static) -> Result<(), Er
     Ok(())
 }
 
+/// Runs `future` on the process's runtime (so what it spawns, a consumer's
+/// fetch and membership tasks for one, runs there too, whatever runtime the
+/// binding awaits on) and gives its output to whoever awaits the returned
+/// future.
+pub fn run<T: Send + 'static>(
+    future: impl Future<Output = Result<T, Error>> + Send + 'static,
+) -> Result<impl Future<Output = Result<T, Error>> + Send + 'static, Error> {
+    let handle = runtime()?.spawn(future);
+    Ok(async move {
+        match handle.await {
+            Ok(outcome) => outcome,
+            Err(error) => Err(Error::unusable(format!("a client task ended early: {error}"))),
+        }
+    })
+}
+
 /// A call a binding waits for: [`Blocking::poll_now`] once (most sends finish
 /// in that poll, when the record only joins a batch), then
 /// [`Blocking::wait`] in slices, checking for signals or cancellation between

@@ -9,16 +9,16 @@ const { spawnSync } = require('child_process')
 const root = path.resolve(__dirname, '..')
 const addon = path.join(root, 'weir.linux-x64-gnu.node')
 
-if (fs.existsSync(addon)) {
-  process.exit(0)
-}
-if (process.platform !== 'linux' || process.arch !== 'x64') {
-  console.error(`weir: no prebuilt addon for ${process.platform}-${process.arch}; only linux-x64 is built so far`)
+const manifest = path.join(root, 'Cargo.toml')
+// A source checkout always builds (an addon left by a debug build there is
+// not what an install wants); a packed tarball has no sources, only its addon.
+if (!fs.existsSync(manifest)) {
+  if (fs.existsSync(addon)) process.exit(0)
+  console.error('weir: this package has neither a prebuilt addon nor the sources to build one')
   process.exit(1)
 }
-const manifest = path.join(root, 'Cargo.toml')
-if (!fs.existsSync(manifest)) {
-  console.error('weir: this package has neither a prebuilt addon nor the sources to build one')
+if (process.platform !== 'linux' || process.arch !== 'x64') {
+  console.error(`weir: no build for ${process.platform}-${process.arch}; only linux-x64 is built so far`)
   process.exit(1)
 }
 const target = process.env.CARGO_TARGET_DIR ?? path.join(root, 'target')

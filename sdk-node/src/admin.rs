@@ -145,27 +145,38 @@ pub struct TransformStatus {
     pub partitions: Vec<TransformPartition>,
 }
 
+/// A transform's start or replay offset: -2 (earliest), -1 (latest) or an
+/// offset, as a 64-bit bigint.
+fn transform_offset(offset: &BigInt) -> Result<i64> {
+    match offset.get_i64() {
+        (value, true) if value >= client::TRANSFORM_EARLIEST => Ok(value),
+        _ => Err(napi::Error::new(Status::InvalidArg, "a transform offset is -2 (earliest), -1 (latest) or an offset")),
+    }
+}
+
 /// An admin client over the client core.
 #[napi]
 pub struct NativeAdmin {
     inner: client::Admin,
 }
 
-/// Runs an admin call on the runtime, converting its answer on the way.
+/// Runs an admin call on the client runtime, converting its answer on the way.
 fn call<'env, T, R, F>(env: &'env Env, future: F, convert: fn(T) -> R) -> Result<PromiseRaw<'env, R>>
 where
     T: Send + 'static,
     R: Send + ToNapiValue + 'static,
     F: Future<Output = std::result::Result<T, client::ClientError>> + Send + 'static,
 {
-    env.spawn_future(async move { future.await.map(convert).map_err(client_err) })
+    crate::promise(env, future, convert)
 }
 
 #[napi]
 impl NativeAdmin {
+    /// `config` holds common client settings by their Kafka names
+    /// (`client.id`, `request.timeout.ms`, …).
     #[napi(constructor)]
-    pub fn new(brokers: Vec<String>) -> Result<NativeAdmin> {
-        let common = client::CommonConfig { bootstrap_servers: brokers.join(","), ..Default::default() };
+    pub fn new(brokers: Vec<String>, config: Option<HashMap<String, String>>) -> Result<NativeAdmin> {
+        let common = client::ProducerConfig::from_map(&crate::settings(brokers, config)).map_err(client_err)?.common;
         let inner = client_ffi::runtime::within(|| client::Admin::new(common)).map_err(to_js)?.map_err(client_err)?;
         Ok(NativeAdmin { inner })
     }
@@ -413,7 +424,7 @@ impl NativeAdmin {
         plugin: String,
         input_topic: String,
         output_topics: Vec<String>,
-        start: i64,
+        start: BigInt,
         config: Option<HashMap<String, String>>,
     ) -> Result<PromiseRaw<'env, ()>> {
         let admin = self.inner.clone();
@@ -422,7 +433,7 @@ impl NativeAdmin {
             plugin,
             input_topic,
             output_topics,
-            start,
+            start: transform_offset(&start)?,
             config: config.unwrap_or_default().into_iter().collect(),
         };
         call(env, async move { admin.deploy_transform(spec).await }, |()| ())
@@ -464,9 +475,10 @@ impl NativeAdmin {
         env: &'env Env,
         name: String,
         action: String,
-        offset: Option<i64>,
+        offset: Option<BigInt>,
     ) -> Result<PromiseRaw<'env, ()>> {
         let admin = self.inner.clone();
-        call(env, async move { admin.control_transform(&name, &action, offset.unwrap_or(-2)).await }, |()| ())
+        let offset = offset.as_ref().map(transform_offset).transpose()?.unwrap_or(client::TRANSFORM_EARLIEST);
+        call(env, async move { admin.control_transform(&name, &action, offset).await }, |()| ())
     }
 }

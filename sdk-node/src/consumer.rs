@@ -10,7 +10,7 @@ use client_ffi::{Offset, RebalanceLog, Record};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use crate::{client_err, headers_out, settings, to_js, Header};
+use crate::{client_err, headers_out, promise, settings, to_js, Header};
 
 /// A record read by a consumer.
 #[napi(object, object_from_js = false)]
@@ -102,13 +102,13 @@ impl NativeConsumer {
     ) -> Result<PromiseRaw<'env, ()>> {
         let consumer = self.inner.clone();
         let listener: Arc<dyn client_ffi::RebalanceListener> = self.rebalances.clone();
-        env.spawn_future(async move {
-            let subscribed = match pattern {
+        let subscribe = async move {
+            match pattern {
                 Some(pattern) => consumer.subscribe_pattern(&pattern, Some(listener)).await,
                 None => consumer.subscribe(&topics, Some(listener)).await,
-            };
-            subscribed.map_err(client_err)
-        })
+            }
+        };
+        promise(env, subscribe, |()| ())
     }
 
     /// Reads exactly these partitions, outside any group.
@@ -116,7 +116,7 @@ impl NativeConsumer {
     pub fn assign<'env>(&self, env: &'env Env, partitions: Vec<TopicPartition>) -> Result<PromiseRaw<'env, ()>> {
         let consumer = self.inner.clone();
         let partitions: Vec<(String, i32)> = partitions.into_iter().map(|tp| (tp.topic, tp.partition)).collect();
-        env.spawn_future(async move { consumer.assign(&partitions).await.map_err(client_err) })
+        promise(env, async move { consumer.assign(&partitions).await }, |()| ())
     }
 
     /// Records that arrive within `maxWaitMs` (at most `maxRecords`).
@@ -129,10 +129,8 @@ impl NativeConsumer {
     ) -> Result<PromiseRaw<'env, Vec<Message>>> {
         let consumer = self.inner.clone();
         let wait = Duration::from_millis(u64::from(max_wait_ms));
-        env.spawn_future(async move {
-            let records = consumer.poll_at_most(wait, max_records.max(1) as usize).await.map_err(client_err)?;
-            Ok(records.into_iter().map(message).collect())
-        })
+        let poll = async move { consumer.poll_at_most(wait, max_records.max(1) as usize).await };
+        promise(env, poll, |records| records.into_iter().map(message).collect())
     }
 
     /// Commits every owned partition's position, or exactly `offsets`.
@@ -151,13 +149,13 @@ impl NativeConsumer {
                     .collect::<Result<Vec<_>>>()
             })
             .transpose()?;
-        env.spawn_future(async move {
+        let commit = async move {
             match offsets {
                 Some(offsets) => consumer.commit_offsets(&offsets).await,
                 None => consumer.commit().await,
             }
-            .map_err(client_err)
-        })
+        };
+        promise(env, commit, |()| ())
     }
 
     /// The group's committed offset of a partition (null: none).
@@ -169,7 +167,7 @@ impl NativeConsumer {
         partition: i32,
     ) -> Result<PromiseRaw<'env, Option<i64n>>> {
         let consumer = self.inner.clone();
-        env.spawn_future(async move { Ok(consumer.committed(&topic, partition).await.map_err(client_err)?.map(i64n)) })
+        promise(env, async move { consumer.committed(&topic, partition).await }, |offset| offset.map(i64n))
     }
 
     /// Moves a partition's position: an offset, or `earliest` / `latest`.
@@ -187,6 +185,13 @@ impl NativeConsumer {
             },
         };
         self.inner.seek(&topic, partition, offset).map_err(client_err)
+    }
+
+    /// Stores the next offset to read as what commits take for a partition
+    /// (with `enable.auto.offset.store=false`): once a record is handled.
+    #[napi]
+    pub fn store_offset(&self, topic: String, partition: i32, offset: BigInt) -> Result<()> {
+        self.inner.store_offset(&topic, partition, offset_in(&offset)?).map_err(client_err)
     }
 
     /// The partitions this consumer owns now.
@@ -225,9 +230,10 @@ impl NativeConsumer {
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
         let consumer = self.inner.clone();
-        env.spawn_future(async move {
+        let close = async move {
             consumer.close().await;
-            Ok(())
-        })
+            Ok::<(), client::ClientError>(())
+        };
+        promise(env, close, |()| ())
     }
 }

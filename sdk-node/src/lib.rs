@@ -14,6 +14,7 @@ mod consumer;
 mod producer;
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 
 use client::ClientError;
 use napi::bindgen_prelude::*;
@@ -22,6 +23,23 @@ use napi_derive::napi;
 /// A binding-layer error as a JavaScript error carrying its code.
 pub(crate) fn to_js(error: client_ffi::Error) -> napi::Error {
     napi::Error::new(Status::GenericFailure, format!("[weir:{}] {}", error.code, error.message))
+}
+
+/// A promise of `future`'s outcome, converted on the JavaScript thread. The
+/// future runs on the client runtime (with all it spawns: a consumer's fetch
+/// and membership tasks); napi's runtime only waits for it.
+pub(crate) fn promise<'env, T, E, R>(
+    env: &'env Env,
+    future: impl Future<Output = std::result::Result<T, E>> + Send + 'static,
+    convert: impl FnOnce(T) -> R + Send + 'static,
+) -> Result<PromiseRaw<'env, R>>
+where
+    T: Send + 'static,
+    E: Into<client_ffi::Error> + 'static,
+    R: ToNapiValue + Send + 'static,
+{
+    let running = client_ffi::runtime::run(async move { future.await.map_err(Into::into) }).map_err(to_js)?;
+    env.spawn_future(async move { running.await.map(convert).map_err(to_js) })
 }
 
 /// A client error as a JavaScript error carrying its code.

@@ -7,7 +7,7 @@ use client_ffi::{OrderedProducer, ProducerRecord, RecordMetadata};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use crate::{client_err, settings, to_js, Header};
+use crate::{client_err, promise, settings, to_js, Header};
 
 /// A record to send.
 #[napi(object)]
@@ -61,7 +61,8 @@ impl NativeProducer {
 
     /// Queues `records` behind earlier sends (now, in call order); resolves
     /// with where each landed once all are acknowledged, or rejects with the
-    /// first refusal.
+    /// first refusal (records after a record the producer refused are not
+    /// sent).
     #[napi(ts_return_type = "Promise<Array<Delivered>>")]
     pub fn send<'env>(&self, env: &'env Env, records: Vec<OutgoingRecord>) -> Result<PromiseRaw<'env, Vec<Delivered>>> {
         let records = records
@@ -81,32 +82,30 @@ impl NativeProducer {
             })
             .collect();
         let outcomes = self.inner.send_all(records).map_err(to_js)?;
-        env.spawn_future(async move {
-            let mut landed = Vec::new();
-            for outcome in outcomes.await {
-                landed.push(delivered(outcome.map_err(to_js)?));
-            }
-            Ok(landed)
-        })
+        // Rejects with the first refusal; records after it were not sent.
+        let settled = async move { outcomes.await.into_iter().collect::<std::result::Result<Vec<_>, _>>() };
+        promise(env, settled, |landed| landed.into_iter().map(delivered).collect())
     }
 
     /// Resolves once everything sent before it is acknowledged.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn flush<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
         let flushed = self.inner.flush().map_err(to_js)?;
-        env.spawn_future(async move {
+        let flush = async move {
             flushed.await;
-            Ok(())
-        })
+            Ok::<(), client_ffi::Error>(())
+        };
+        promise(env, flush, |()| ())
     }
 
     /// Flushes, then refuses further sends.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
         let closed = self.inner.close().map_err(to_js)?;
-        env.spawn_future(async move {
+        let close = async move {
             closed.await;
-            Ok(())
-        })
+            Ok::<(), client_ffi::Error>(())
+        };
+        promise(env, close, |()| ())
     }
 }

@@ -204,3 +204,69 @@ console.log(partitionForKey('a', 16))`
   assert.equal(run.status, 0, run.stderr)
   assert.equal(Number(run.stdout.trim()), partitionForKey('a', 16))
 })
+
+test('commits take only handled messages: after stop, a break, or a failing handler', async () => {
+  const admin = broker.weir.admin()
+  await admin.createTopics({ topics: [{ topic: 'handled', numPartitions: 1 }] })
+  const producer = broker.weir.producer()
+  await producer.send({ topic: 'handled', messages: Array.from({ length: 20 }, (_, n) => ({ value: String(n) })) })
+  await producer.disconnect()
+  const committed = async (groupId) => {
+    const { groups } = await admin.describeGroups([groupId])
+    return groups[0].offsets[0]?.offset ?? null
+  }
+
+  // run: three handled, then disconnect (auto-commit) — three committed, not the whole fetch.
+  const runner = broker.weir.consumer({ groupId: 'handled-run' })
+  await runner.subscribe({ topic: 'handled', fromBeginning: true })
+  let third
+  const atThird = new Promise((resolve) => (third = resolve))
+  let release
+  const gate = new Promise((resolve) => (release = resolve))
+  await runner.run({
+    eachMessage: async ({ message }) => {
+      if (message.offset === 2n) {
+        third()
+        await gate // stop() is asked for while the third message is in hand
+      }
+    },
+  })
+  await atThird
+  const stopped = runner.stop()
+  release()
+  await stopped
+  await runner.disconnect()
+  assert.equal(await committed('handled-run'), 3n)
+
+  // for await: break after the first message — one committed.
+  const iterator = broker.weir.consumer({ groupId: 'handled-iterate' })
+  await iterator.subscribe({ topic: 'handled', fromBeginning: true })
+  for await (const message of iterator) {
+    assert.equal(message.offset, 0n)
+    break
+  }
+  await iterator.disconnect()
+  assert.equal(await committed('handled-iterate'), 1n)
+
+  // A handler that fails once: reported, the message delivered again, no message lost.
+  const flaky = broker.weir.consumer({ groupId: 'handled-flaky' })
+  const crashes = []
+  flaky.on(flaky.events.CRASH, (error) => crashes.push(error.message))
+  await flaky.subscribe({ topic: 'handled', fromBeginning: true })
+  const seen = []
+  let failed = false
+  await flaky.run({
+    eachMessage: async ({ message }) => {
+      if (message.offset === 5n && !failed) {
+        failed = true
+        throw new Error('not now')
+      }
+      seen.push(message.offset)
+    },
+  })
+  await waitFor('every message handled once', async () => (seen.length === 20 ? true : undefined))
+  assert.deepEqual(seen, Array.from({ length: 20 }, (_, n) => BigInt(n)))
+  assert.deepEqual(crashes, ['not now'])
+  await flaky.disconnect()
+  assert.equal(await committed('handled-flaky'), 20n)
+})

@@ -29,20 +29,25 @@ function run(script) {
   })
 }
 
-test('programs that end with clients open, or after disconnect, exit cleanly', async () => {
+test('200 programs that end with clients open and calls in flight, or after disconnect, exit cleanly', async () => {
   const open = `const { Weir } = require('.')
 const weir = new Weir({ brokers: ['${broker.address}'] })
 ;(async () => {
   const producer = weir.producer()
   await producer.send({ topic: 'life', messages: [{ key: 'k', value: 'v' }] })
-  const consumer = weir.consumer({ groupId: 'life' })
+  const consumer = weir.consumer({ groupId: 'life', maxWaitTimeInMs: 200 })
   await consumer.subscribe({ topic: 'life', fromBeginning: true })
   await consumer.poll()
   await weir.admin().listTopics()
-  // No disconnect: the process must still end, and end cleanly.
+  // Operations still in flight, and no disconnect: the process must still
+  // end, and end cleanly.
+  producer.send({ topic: 'life', messages: [{ key: 'k', value: 'in flight' }] })
+  consumer.poll()
 })()`
-  const closed = open.replace('// No disconnect', 'await producer.disconnect(); await consumer.disconnect() //')
-  const runs = Number(process.env.WEIR_NODE_EXIT_RUNS ?? 20)
+  const inFlight = /\n {2}\/\/ Operations still[\s\S]*consumer\.poll\(\)\n/
+  assert.match(open, inFlight)
+  const closed = open.replace(inFlight, '\n  await producer.disconnect()\n  await consumer.disconnect()\n')
+  const runs = Number(process.env.WEIR_NODE_EXIT_RUNS ?? 200)
   for (let index = 0; index < runs; index++) {
     const outcome = await run(index % 2 === 0 ? open : closed)
     assert.deepEqual([outcome.code, outcome.signal], [0, null], `run ${index}: ${outcome.stderr}`)
