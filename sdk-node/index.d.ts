@@ -236,7 +236,11 @@ export declare class Consumer extends EventEmitter {
      * `disconnect()`; resolves once running.
      */
     run(config: ConsumerRunConfig): Promise<void>;
-    /** Stops `run` after the handlers in progress; the consumer stays in its group. */
+    /**
+     * Stops `run` after the handlers in progress (a waiting poll returns at
+     * once); the consumer stays in its group. Called from inside a handler, it
+     * does not wait for that handler.
+     */
     stop(): Promise<void>;
     /**
      * Messages one at a time, in order per partition, until the consumer is

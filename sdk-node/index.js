@@ -32,6 +32,7 @@ var __exportStar = (this && this.__exportStar) || function(m, exports) {
 Object.defineProperty(exports, "__esModule", { value: true });
 exports.Weir = exports.Admin = exports.Consumer = exports.Producer = void 0;
 exports.partitionForKey = partitionForKey;
+const async_hooks_1 = require("async_hooks");
 const events_1 = require("events");
 const errors_1 = require("./errors");
 __exportStar(require("./errors"), exports);
@@ -211,6 +212,10 @@ class Consumer extends events_1.EventEmitter {
     #paused = new Set();
     /** Partitions held back after a handler failed: key → consecutive failures. */
     #failures = new Map();
+    /** Seeks asked for per partition: a batch in hand stops at a new one. */
+    #seeks = new Map();
+    /** Set while a handler runs: `stop()` from inside it must not wait for it. */
+    #inHandler = new async_hooks_1.AsyncLocalStorage();
     /** @internal */
     constructor(brokers, settings, maxWait) {
         super();
@@ -236,6 +241,7 @@ class Consumer extends events_1.EventEmitter {
      * group subscription, joined on the first `run`, `poll` or iteration.
      */
     async subscribe(subscription) {
+        this.#refuseClosed();
         if (this.#joined !== undefined) {
             throw new errors_1.InvalidRequestError('subscribe before the consumer runs, polls or iterates', 8, false);
         }
@@ -251,8 +257,13 @@ class Consumer extends events_1.EventEmitter {
     }
     /** Reads exactly these partitions, outside any group. */
     async assign(partitions) {
+        this.#refuseClosed();
         await call(() => this.#consumer().assign(partitions));
         this.#joined = Promise.resolve();
+    }
+    #refuseClosed() {
+        if (this.#closed)
+            throw new errors_1.InvalidRequestError('the consumer is disconnected', 8, false);
     }
     /** Joins once; a join that failed is tried again by the next call. */
     #join() {
@@ -274,11 +285,27 @@ class Consumer extends events_1.EventEmitter {
         await this.#join();
         const consumer = this.#consumer();
         const messages = await call(() => consumer.poll(this.#maxWait, maxRecords));
-        for (const event of consumer.rebalanceEvents()) {
+        const events = consumer.rebalanceEvents();
+        for (const event of events) {
             const rebalance = { type: event.kind, partitions: event.partitions };
             this.#emitSafely(this.events.REBALANCE, rebalance);
         }
+        if (events.length > 0)
+            this.#applyPauses();
         return messages.map(kafkaMessage);
+    }
+    /** Pauses what the application paused and this consumer owns now (a partition assigned again starts unpaused in the core). */
+    #applyPauses() {
+        for (const { topic, partition } of this.assignment()) {
+            if (this.#paused.has(partitionKey(topic, partition))) {
+                try {
+                    this.#native?.pause(topic, partition);
+                }
+                catch {
+                    // Moved meanwhile.
+                }
+            }
+        }
     }
     /** Marks a message handled: commits take the offset after it. */
     #handled(topic, partition, offset) {
@@ -319,6 +346,7 @@ class Consumer extends events_1.EventEmitter {
             return;
         }
         setTimeout(() => {
+            // Unref'd: a pause must not keep the process alive by itself.
             if (!this.#paused.has(key) && !this.#closed) {
                 try {
                     this.#native?.resume(topic, partition);
@@ -334,6 +362,9 @@ class Consumer extends events_1.EventEmitter {
      * subscribed), each counted as handled.
      */
     async poll(maxRecords = 500) {
+        this.#refuseClosed();
+        if (this.#running || this.#iterating)
+            throw new errors_1.InvalidRequestError('the consumer is running: poll is not for it', 8, false);
         const messages = await this.#fetch(maxRecords);
         for (const message of messages)
             this.#handled(message.topic, message.partition, message.offset);
@@ -346,8 +377,9 @@ class Consumer extends events_1.EventEmitter {
     async run(config) {
         if (this.#closed)
             throw new errors_1.InvalidRequestError('the consumer is disconnected', 8, false);
-        if (this.#running || this.#iterating)
-            throw new errors_1.InvalidRequestError('the consumer is already running', 8, false);
+        if (this.#running || this.#iterating || this.#loop !== undefined) {
+            throw new errors_1.InvalidRequestError('the consumer is already running (or still stopping)', 8, false);
+        }
         if ((config.eachMessage === undefined) === (config.eachBatch === undefined)) {
             throw new TypeError('run takes exactly one of eachMessage and eachBatch');
         }
@@ -361,7 +393,11 @@ class Consumer extends events_1.EventEmitter {
         }
         if (!this.#running)
             return; // stopped or disconnected while joining
-        this.#loop = this.#runLoop(config);
+        const loop = this.#runLoop(config).finally(() => {
+            if (this.#loop === loop)
+                this.#loop = undefined;
+        });
+        this.#loop = loop;
     }
     async #runLoop(config) {
         const concurrency = Math.max(1, config.partitionsConsumedConcurrently ?? 1);
@@ -374,7 +410,8 @@ class Consumer extends events_1.EventEmitter {
                 if (!this.#running)
                     return;
                 this.#emitSafely(this.events.CRASH, error);
-                await new Promise((resolve) => setTimeout(resolve, 1000).unref());
+                // Not unref'd: a consumer that only retries must keep the process alive.
+                await new Promise((resolve) => setTimeout(resolve, 1000));
                 continue;
             }
             const batches = new Map();
@@ -410,6 +447,9 @@ class Consumer extends events_1.EventEmitter {
     async #handle(batch, config) {
         const { topic, partition } = batch;
         const key = partitionKey(topic, partition);
+        const seeks = this.#seeks.get(key) ?? 0;
+        /** The application paused the partition or sought elsewhere: the rest of the batch is not for now. */
+        const interrupted = () => this.#paused.has(key) || (this.#seeks.get(key) ?? 0) !== seeks;
         const pause = () => {
             this.pause([{ topic, partitions: [partition] }]);
             return () => this.resume([{ topic, partitions: [partition] }]);
@@ -432,16 +472,20 @@ class Consumer extends events_1.EventEmitter {
                 pause,
             };
             try {
-                await config.eachBatch(payload);
+                await this.#inHandler.run(true, () => config.eachBatch(payload));
             }
             catch (error) {
                 this.#emitSafely(this.events.CRASH, error);
+                if ((this.#seeks.get(key) ?? 0) !== seeks)
+                    return undefined;
                 this.#backOff(topic, partition);
                 return resolved === undefined ? (batch.firstOffset() ?? undefined) : resolved + 1n;
             }
             this.#failures.delete(key);
+            if ((this.#seeks.get(key) ?? 0) !== seeks)
+                return undefined; // the application moved it
             const last = batch.lastOffset();
-            if (config.eachBatchAutoResolve !== false && last !== null && !this.#paused.has(key)) {
+            if (config.eachBatchAutoResolve !== false && last !== null) {
                 this.#handled(topic, partition, last);
                 return undefined;
             }
@@ -450,13 +494,17 @@ class Consumer extends events_1.EventEmitter {
             return next !== null && last !== null && next <= last ? next : undefined;
         }
         for (const message of batch.messages) {
-            if (!this.#running || this.#paused.has(key))
+            if ((this.#seeks.get(key) ?? 0) !== seeks)
+                return undefined; // the application moved it
+            if (!this.#running || interrupted())
                 return message.offset;
             try {
-                await config.eachMessage({ topic, partition, message, pause });
+                await this.#inHandler.run(true, () => config.eachMessage({ topic, partition, message, pause }));
             }
             catch (error) {
                 this.#emitSafely(this.events.CRASH, error);
+                if ((this.#seeks.get(key) ?? 0) !== seeks)
+                    return undefined;
                 this.#backOff(topic, partition);
                 return message.offset;
             }
@@ -465,9 +513,16 @@ class Consumer extends events_1.EventEmitter {
         }
         return undefined;
     }
-    /** Stops `run` after the handlers in progress; the consumer stays in its group. */
+    /**
+     * Stops `run` after the handlers in progress (a waiting poll returns at
+     * once); the consumer stays in its group. Called from inside a handler, it
+     * does not wait for that handler.
+     */
     async stop() {
         this.#running = false;
+        this.#native?.wakeup();
+        if (this.#inHandler.getStore() === true)
+            return;
         await this.#loop;
     }
     /**
@@ -495,9 +550,10 @@ class Consumer extends events_1.EventEmitter {
         }
         finally {
             this.#iterating = false;
-            // The loop body ran for the last message handed out.
+            // Left with a message in hand (a `break`, a `return` or a throw: they
+            // cannot be told apart): it is not counted, and comes again.
             if (current !== undefined)
-                this.#handled(current.topic, current.partition, current.offset);
+                pending.unshift(current);
             const firsts = new Map();
             for (const message of pending) {
                 const key = partitionKey(message.topic, message.partition);
@@ -521,6 +577,8 @@ class Consumer extends events_1.EventEmitter {
     seek(target) {
         const where = target.offset === 'earliest' || target.offset === 'latest' ? target.offset : offset_(target.offset);
         sync(() => this.#consumer().seek(target.topic, target.partition, where));
+        const key = partitionKey(target.topic, target.partition);
+        this.#seeks.set(key, (this.#seeks.get(key) ?? 0) + 1);
     }
     /** The partitions this consumer owns now. */
     assignment() {
@@ -544,6 +602,7 @@ class Consumer extends events_1.EventEmitter {
             this.#paused.add(partitionKey(topic, partition));
             sync(() => this.#consumer().pause(topic, partition));
         });
+        this.#applyPauses();
     }
     /** Delivers paused partitions again. */
     resume(topics) {
@@ -555,7 +614,10 @@ class Consumer extends events_1.EventEmitter {
     /** Stops, leaves the group (committing what was handled, with `autoCommit`) and closes. */
     async disconnect() {
         this.#closed = true;
+        this.#native?.wakeup(); // an iterator's waiting poll
         await this.stop();
+        // A join in flight finishes first, so the close leaves the group it joined.
+        await this.#joined?.catch(() => { });
         if (this.#native !== undefined)
             await call(() => this.#native.close());
     }

@@ -15,6 +15,7 @@
  * @packageDocumentation
  */
 
+import { AsyncLocalStorage } from 'async_hooks'
 import { EventEmitter } from 'events'
 
 import { ERROR_CLASSES, InvalidRequestError, WeirError } from './errors'
@@ -399,6 +400,10 @@ export class Consumer extends EventEmitter {
   readonly #paused = new Set<string>()
   /** Partitions held back after a handler failed: key → consecutive failures. */
   readonly #failures = new Map<string, number>()
+  /** Seeks asked for per partition: a batch in hand stops at a new one. */
+  readonly #seeks = new Map<string, number>()
+  /** Set while a handler runs: `stop()` from inside it must not wait for it. */
+  readonly #inHandler = new AsyncLocalStorage<boolean>()
 
   /** @internal */
   constructor(brokers: string[], settings: Record<string, string>, maxWait: number) {
@@ -428,6 +433,7 @@ export class Consumer extends EventEmitter {
    * group subscription, joined on the first `run`, `poll` or iteration.
    */
   async subscribe(subscription: ConsumerSubscribeTopics): Promise<void> {
+    this.#refuseClosed()
     if (this.#joined !== undefined) {
       throw new InvalidRequestError('subscribe before the consumer runs, polls or iterates', 8, false)
     }
@@ -441,8 +447,13 @@ export class Consumer extends EventEmitter {
 
   /** Reads exactly these partitions, outside any group. */
   async assign(partitions: TopicPartition[]): Promise<void> {
+    this.#refuseClosed()
     await call(() => this.#consumer().assign(partitions))
     this.#joined = Promise.resolve()
+  }
+
+  #refuseClosed(): void {
+    if (this.#closed) throw new InvalidRequestError('the consumer is disconnected', 8, false)
   }
 
   /** Joins once; a join that failed is tried again by the next call. */
@@ -466,11 +477,26 @@ export class Consumer extends EventEmitter {
     await this.#join()
     const consumer = this.#consumer()
     const messages = await call(() => consumer.poll(this.#maxWait, maxRecords))
-    for (const event of consumer.rebalanceEvents()) {
+    const events = consumer.rebalanceEvents()
+    for (const event of events) {
       const rebalance: RebalanceEvent = { type: event.kind as 'assigned' | 'revoked', partitions: event.partitions }
       this.#emitSafely(this.events.REBALANCE, rebalance)
     }
+    if (events.length > 0) this.#applyPauses()
     return messages.map(kafkaMessage)
+  }
+
+  /** Pauses what the application paused and this consumer owns now (a partition assigned again starts unpaused in the core). */
+  #applyPauses(): void {
+    for (const { topic, partition } of this.assignment()) {
+      if (this.#paused.has(partitionKey(topic, partition))) {
+        try {
+          this.#native?.pause(topic, partition)
+        } catch {
+          // Moved meanwhile.
+        }
+      }
+    }
   }
 
   /** Marks a message handled: commits take the offset after it. */
@@ -511,6 +537,7 @@ export class Consumer extends EventEmitter {
       return
     }
     setTimeout(() => {
+      // Unref'd: a pause must not keep the process alive by itself.
       if (!this.#paused.has(key) && !this.#closed) {
         try {
           this.#native?.resume(topic, partition)
@@ -526,6 +553,8 @@ export class Consumer extends EventEmitter {
    * subscribed), each counted as handled.
    */
   async poll(maxRecords = 500): Promise<(KafkaMessage & TopicPartition)[]> {
+    this.#refuseClosed()
+    if (this.#running || this.#iterating) throw new InvalidRequestError('the consumer is running: poll is not for it', 8, false)
     const messages = await this.#fetch(maxRecords)
     for (const message of messages) this.#handled(message.topic, message.partition, message.offset)
     return messages
@@ -537,7 +566,9 @@ export class Consumer extends EventEmitter {
    */
   async run(config: ConsumerRunConfig): Promise<void> {
     if (this.#closed) throw new InvalidRequestError('the consumer is disconnected', 8, false)
-    if (this.#running || this.#iterating) throw new InvalidRequestError('the consumer is already running', 8, false)
+    if (this.#running || this.#iterating || this.#loop !== undefined) {
+      throw new InvalidRequestError('the consumer is already running (or still stopping)', 8, false)
+    }
     if ((config.eachMessage === undefined) === (config.eachBatch === undefined)) {
       throw new TypeError('run takes exactly one of eachMessage and eachBatch')
     }
@@ -549,7 +580,10 @@ export class Consumer extends EventEmitter {
       throw error
     }
     if (!this.#running) return // stopped or disconnected while joining
-    this.#loop = this.#runLoop(config)
+    const loop = this.#runLoop(config).finally(() => {
+      if (this.#loop === loop) this.#loop = undefined
+    })
+    this.#loop = loop
   }
 
   async #runLoop(config: ConsumerRunConfig): Promise<void> {
@@ -561,7 +595,8 @@ export class Consumer extends EventEmitter {
       } catch (error) {
         if (!this.#running) return
         this.#emitSafely(this.events.CRASH, error)
-        await new Promise((resolve) => setTimeout(resolve, 1000).unref())
+        // Not unref'd: a consumer that only retries must keep the process alive.
+        await new Promise((resolve) => setTimeout(resolve, 1000))
         continue
       }
       const batches = new Map<string, Batch>()
@@ -597,6 +632,9 @@ export class Consumer extends EventEmitter {
   async #handle(batch: Batch, config: ConsumerRunConfig): Promise<bigint | undefined> {
     const { topic, partition } = batch
     const key = partitionKey(topic, partition)
+    const seeks = this.#seeks.get(key) ?? 0
+    /** The application paused the partition or sought elsewhere: the rest of the batch is not for now. */
+    const interrupted = () => this.#paused.has(key) || (this.#seeks.get(key) ?? 0) !== seeks
     const pause = () => {
       this.pause([{ topic, partitions: [partition] }])
       return () => this.resume([{ topic, partitions: [partition] }])
@@ -618,15 +656,17 @@ export class Consumer extends EventEmitter {
         pause,
       }
       try {
-        await config.eachBatch(payload)
+        await this.#inHandler.run(true, () => config.eachBatch!(payload))
       } catch (error) {
         this.#emitSafely(this.events.CRASH, error)
+        if ((this.#seeks.get(key) ?? 0) !== seeks) return undefined
         this.#backOff(topic, partition)
         return resolved === undefined ? (batch.firstOffset() ?? undefined) : resolved + 1n
       }
       this.#failures.delete(key)
+      if ((this.#seeks.get(key) ?? 0) !== seeks) return undefined // the application moved it
       const last = batch.lastOffset()
-      if (config.eachBatchAutoResolve !== false && last !== null && !this.#paused.has(key)) {
+      if (config.eachBatchAutoResolve !== false && last !== null) {
         this.#handled(topic, partition, last)
         return undefined
       }
@@ -635,11 +675,13 @@ export class Consumer extends EventEmitter {
       return next !== null && last !== null && next <= last ? next : undefined
     }
     for (const message of batch.messages) {
-      if (!this.#running || this.#paused.has(key)) return message.offset
+      if ((this.#seeks.get(key) ?? 0) !== seeks) return undefined // the application moved it
+      if (!this.#running || interrupted()) return message.offset
       try {
-        await config.eachMessage!({ topic, partition, message, pause })
+        await this.#inHandler.run(true, () => config.eachMessage!({ topic, partition, message, pause }))
       } catch (error) {
         this.#emitSafely(this.events.CRASH, error)
+        if ((this.#seeks.get(key) ?? 0) !== seeks) return undefined
         this.#backOff(topic, partition)
         return message.offset
       }
@@ -649,9 +691,15 @@ export class Consumer extends EventEmitter {
     return undefined
   }
 
-  /** Stops `run` after the handlers in progress; the consumer stays in its group. */
+  /**
+   * Stops `run` after the handlers in progress (a waiting poll returns at
+   * once); the consumer stays in its group. Called from inside a handler, it
+   * does not wait for that handler.
+   */
   async stop(): Promise<void> {
     this.#running = false
+    this.#native?.wakeup()
+    if (this.#inHandler.getStore() === true) return
     await this.#loop
   }
 
@@ -678,8 +726,9 @@ export class Consumer extends EventEmitter {
       }
     } finally {
       this.#iterating = false
-      // The loop body ran for the last message handed out.
-      if (current !== undefined) this.#handled(current.topic, current.partition, current.offset)
+      // Left with a message in hand (a `break`, a `return` or a throw: they
+      // cannot be told apart): it is not counted, and comes again.
+      if (current !== undefined) pending.unshift(current)
       const firsts = new Map<string, KafkaMessage & TopicPartition>()
       for (const message of pending) {
         const key = partitionKey(message.topic, message.partition)
@@ -704,6 +753,8 @@ export class Consumer extends EventEmitter {
   seek(target: TopicPartition & { offset: OffsetLike | 'earliest' | 'latest' }): void {
     const where = target.offset === 'earliest' || target.offset === 'latest' ? target.offset : offset_(target.offset)
     sync(() => this.#consumer().seek(target.topic, target.partition, where))
+    const key = partitionKey(target.topic, target.partition)
+    this.#seeks.set(key, (this.#seeks.get(key) ?? 0) + 1)
   }
 
   /** The partitions this consumer owns now. */
@@ -730,6 +781,7 @@ export class Consumer extends EventEmitter {
       this.#paused.add(partitionKey(topic, partition))
       sync(() => this.#consumer().pause(topic, partition))
     })
+    this.#applyPauses()
   }
 
   /** Delivers paused partitions again. */
@@ -743,7 +795,10 @@ export class Consumer extends EventEmitter {
   /** Stops, leaves the group (committing what was handled, with `autoCommit`) and closes. */
   async disconnect(): Promise<void> {
     this.#closed = true
+    this.#native?.wakeup() // an iterator's waiting poll
     await this.stop()
+    // A join in flight finishes first, so the close leaves the group it joined.
+    await this.#joined?.catch(() => {})
     if (this.#native !== undefined) await call(() => this.#native!.close())
   }
 }

@@ -73,6 +73,8 @@ export declare class NativeConsumer {
   committed(topic: string, partition: number): Promise<bigint | null>
   /** Moves a partition's position: an offset, or `earliest` / `latest`. */
   seek(topic: string, partition: number, offset: bigint | string): void
+  /** Makes the waiting poll (or the next one) resolve at once, empty. */
+  wakeup(): void
   /**
    * Stores the next offset to read as what commits take for a partition
    * (with `enable.auto.offset.store=false`): once a record is handled.

@@ -81,8 +81,12 @@ pub(crate) struct Inner {
     /// Something changed that the fetch task must look at (assign, seek, pause,
     /// resume, room freed by `poll`).
     wake: Notify,
-    /// Closed: polls return at once, empty (a waiting one is woken).
+    /// Closed: a waiting poll is woken and returns empty; later polls wait
+    /// out their timeout and return empty; assign and subscribe refuse.
     closed: std::sync::atomic::AtomicBool,
+    /// `Consumer::wakeup` was called: the next (or the waiting) poll returns
+    /// at once, empty.
+    woken: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -165,6 +169,7 @@ impl Consumer {
             arrived: Notify::new(),
             wake: Notify::new(),
             closed: std::sync::atomic::AtomicBool::new(false),
+            woken: std::sync::atomic::AtomicBool::new(false),
         };
         Consumer { inner: Arc::new(inner), membership: Mutex::new(None) }
     }
@@ -173,6 +178,7 @@ impl Consumer {
     /// assignment), each from `auto_offset_reset` until `seek` says otherwise.
     /// Fails for unknown topics or partitions.
     pub async fn assign(&self, partitions: &[(String, i32)]) -> Result<(), ClientError> {
+        self.inner.refuse_closed()?;
         for (topic, partition) in partitions {
             let info = self.inner.cluster.topic(topic).await?;
             if *partition < 0 || *partition as usize >= info.partitions.len() {
@@ -268,11 +274,19 @@ impl Consumer {
     ) -> Result<Vec<ConsumerRecord>, ClientError> {
         let records_max = records_max.clamp(1, self.inner.config.poll_records_max);
         let deadline = tokio::time::Instant::now() + timeout;
+        if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+            // Nothing will arrive: wait the timeout out (a loop polling a
+            // closed consumer must not spin).
+            tokio::time::sleep_until(deadline).await;
+            return Ok(Vec::new());
+        }
         loop {
             let arrived = self.inner.arrived.notified();
             tokio::pin!(arrived);
             arrived.as_mut().enable();
-            if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+            if self.inner.woken.swap(false, std::sync::atomic::Ordering::AcqRel)
+                || self.inner.closed.load(std::sync::atomic::Ordering::Acquire)
+            {
                 return Ok(Vec::new());
             }
             if let Some(outcome) = self.take_records(records_max) {
@@ -331,6 +345,13 @@ impl Consumer {
         (!taken.is_empty()).then_some(Ok(taken))
     }
 
+    /// Makes the poll waiting now (or the next one) return at once, empty: how
+    /// a binding stops its poll loop without waiting out the poll's timeout.
+    pub fn wakeup(&self) {
+        self.inner.woken.store(true, std::sync::atomic::Ordering::Release);
+        self.inner.arrived.notify_waiters();
+    }
+
     /// Stores `offset` (the next one to read) as what commits take for the
     /// partition, when `enable.auto.offset.store` is off: call it once a
     /// record is handled. Fails for a partition not assigned here.
@@ -354,7 +375,8 @@ impl Consumer {
 
     /// Leaves the group (committing first when auto-commit is on), stops
     /// fetching and forgets the assignment. A poll waiting meanwhile returns
-    /// at once, empty, and so does every later one.
+    /// at once, empty; later polls wait out their timeout and return empty;
+    /// assign and subscribe fail with `Closed`.
     pub async fn close(&self) {
         let membership = self.membership().take();
         if let Some(membership) = membership {
@@ -486,8 +508,16 @@ impl Inner {
         }
     }
 
-    /// Stops the tasks and forgets the assignment; polls (waiting ones too)
-    /// return empty from now on.
+    /// `Closed` once the consumer was closed.
+    pub(crate) fn refuse_closed(&self) -> Result<(), ClientError> {
+        match self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            true => Err(ClientError::Closed),
+            false => Ok(()),
+        }
+    }
+
+    /// Stops the tasks and forgets the assignment; a waiting poll returns
+    /// empty, and assign and subscribe refuse from now on.
     fn stop(&self) {
         self.closed.store(true, std::sync::atomic::Ordering::Release);
         self.arrived.notify_waiters();

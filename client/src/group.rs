@@ -168,6 +168,7 @@ impl Consumer {
         subscription: Subscription,
         listener: Option<Arc<dyn RebalanceListener>>,
     ) -> Result<(), ClientError> {
+        self.inner().refuse_closed()?;
         let Some(group_id) = self.inner().config.group_id.clone() else {
             return Err(ClientError::InvalidConfig { problems: vec!["subscribe needs group.id".to_owned()] });
         };

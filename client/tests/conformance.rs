@@ -42,6 +42,19 @@ fn keys() -> Vec<Vec<u8>> {
 }
 
 const ROUND_TRIP_PARTITIONS: u32 = 4;
+
+/// murmur2 hashes Kafka's Java client computes (published in Kafka's and
+/// other clients' compatibility tests), as literals: the partitions they give
+/// are computed from these, not from the client core, so a wrong hash in any
+/// client is caught.
+const KAFKA_HASHES: [(&str, i32); 6] = [
+    ("1", -1993445489),
+    ("12", 126087238),
+    ("123", -267702483),
+    ("1234", -1614185708),
+    ("12345", -1188365604),
+    ("21", -973932308),
+];
 const REGIONS: [(&str, &str); 2] = [("region.eu", "3"), ("region.us", "1")];
 
 /// The vectors, computed from the client core.
@@ -82,10 +95,20 @@ fn vectors() -> Value {
             json!({"key": key, "partition": partition})
         })
         .collect();
+    let kafka: Vec<Value> = KAFKA_HASHES
+        .iter()
+        .flat_map(|(key, hash)| {
+            [1u32, 3, 16, 100].map(|partitions| {
+                let partition = (*hash as u32 & 0x7fff_ffff) % partitions;
+                json!({"key": hex(key.as_bytes()), "partitions": partitions, "partition": partition})
+            })
+        })
+        .collect();
     json!({
         "about": "Written by client/tests/conformance.rs from the Rust client core (WEIR_BLESS=1 rewrites it). \
                   Keys, values and header values are hex (null: none). Every SDK's conformance test reads it.",
         "murmur2": murmur2,
+        "kafka_murmur2": kafka,
         "errors": errors,
         "round_trip": {"topic": "conformance", "partitions": ROUND_TRIP_PARTITIONS, "records": records},
         "partitioner": {
@@ -109,6 +132,18 @@ fn the_vectors_file_is_what_the_client_core_computes() {
         committed == text,
         "conformance/vectors.json is stale: run WEIR_BLESS=1 cargo test -p client --test conformance"
     );
+}
+
+/// The partitions Kafka's own hashes give, from the literals: the one check
+/// of the core's murmur2 that does not lean on the core.
+#[test]
+fn the_client_core_places_keys_where_kafkas_hashes_say() {
+    for (key, hash) in KAFKA_HASHES {
+        for partitions in [1u32, 3, 16, 100] {
+            let expected = (hash as u32 & 0x7fff_ffff) % partitions;
+            assert_eq!(client::partitioner::partition_for_key(key.as_bytes(), partitions), expected, "{key}");
+        }
+    }
 }
 
 fn optional_hex(value: &Value) -> Option<Vec<u8>> {

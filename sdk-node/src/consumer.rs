@@ -187,6 +187,12 @@ impl NativeConsumer {
         self.inner.seek(&topic, partition, offset).map_err(client_err)
     }
 
+    /// Makes the waiting poll (or the next one) resolve at once, empty.
+    #[napi]
+    pub fn wakeup(&self) {
+        self.inner.wakeup();
+    }
+
     /// Stores the next offset to read as what commits take for a partition
     /// (with `enable.auto.offset.store=false`): once a record is handled.
     #[napi]

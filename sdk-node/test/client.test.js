@@ -238,15 +238,43 @@ test('commits take only handled messages: after stop, a break, or a failing hand
   await runner.disconnect()
   assert.equal(await committed('handled-run'), 3n)
 
-  // for await: break after the first message — one committed.
+  // for await: the first message, the second in hand when the loop throws —
+  // one committed; the next member starts at the second.
   const iterator = broker.weir.consumer({ groupId: 'handled-iterate' })
   await iterator.subscribe({ topic: 'handled', fromBeginning: true })
-  for await (const message of iterator) {
-    assert.equal(message.offset, 0n)
-    break
-  }
+  await assert.rejects(
+    (async () => {
+      for await (const message of iterator) {
+        if (message.offset === 1n) throw new Error('failed on the second')
+      }
+    })(),
+    /failed on the second/,
+  )
   await iterator.disconnect()
   assert.equal(await committed('handled-iterate'), 1n)
+  await assert.rejects(iterator.poll(), (error) => error.code === 8, 'a disconnected consumer refuses calls')
+
+  // stop() from inside a handler returns; a seek inside a handler moves the
+  // partition (the rest of the batch is not given back over it).
+  const seeker = broker.weir.consumer({ groupId: 'handled-seek' })
+  await seeker.subscribe({ topic: 'handled', fromBeginning: true })
+  const visited = []
+  let done
+  const finished = new Promise((resolve) => (done = resolve))
+  await seeker.run({
+    eachMessage: async ({ topic, partition, message }) => {
+      visited.push(message.offset)
+      if (message.offset === 2n) seeker.seek({ topic, partition, offset: 15n })
+      if (message.offset === 19n) {
+        await seeker.stop()
+        done()
+      }
+    },
+  })
+  await finished
+  assert.deepEqual(visited, [0n, 1n, 2n, 15n, 16n, 17n, 18n, 19n])
+  await seeker.disconnect()
+  assert.equal(await committed('handled-seek'), 20n)
 
   // A handler that fails once: reported, the message delivered again, no message lost.
   const flaky = broker.weir.consumer({ groupId: 'handled-flaky' })

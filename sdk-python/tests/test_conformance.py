@@ -18,7 +18,7 @@ def unhex(text):
 
 
 def test_keys_land_on_kafkas_murmur2_partitions():
-    for vector in VECTORS["murmur2"]:
+    for vector in VECTORS["murmur2"] + VECTORS["kafka_murmur2"]:
         assert weir.partition_for_key(unhex(vector["key"]), vector["partitions"]) == vector["partition"], vector
 
 
