@@ -403,7 +403,11 @@ export class Consumer extends EventEmitter {
   /** Seeks asked for per partition: a batch in hand stops at a new one. */
   readonly #seeks = new Map<string, number>()
   /** Set while a handler runs: `stop()` from inside it must not wait for it. */
-  readonly #inHandler = new AsyncLocalStorage<boolean>()
+  readonly #inHandler = new AsyncLocalStorage<{ active: boolean }>()
+  /** Each `run` call's number: a run stopped while it joined does not start its loop. */
+  #runId = 0
+  /** Native polls in flight (what `stop()` wakes). */
+  #polling = 0
 
   /** @internal */
   constructor(brokers: string[], settings: Record<string, string>, maxWait: number) {
@@ -472,18 +476,36 @@ export class Consumer extends EventEmitter {
     return this.#joined
   }
 
-  /** Fetched records, not yet handled. */
-  async #fetch(maxRecords: number): Promise<(KafkaMessage & TopicPartition)[]> {
+  /** Fetched records, not yet handled, with the seek counts from before the fetch. */
+  async #fetch(maxRecords: number): Promise<{ messages: (KafkaMessage & TopicPartition)[]; seeks: Map<string, number> }> {
     await this.#join()
     const consumer = this.#consumer()
-    const messages = await call(() => consumer.poll(this.#maxWait, maxRecords))
+    const seeks = new Map(this.#seeks)
+    this.#polling += 1
+    let messages: NativeTypes.Message[]
+    try {
+      messages = await call(() => consumer.poll(this.#maxWait, maxRecords))
+    } finally {
+      this.#polling -= 1
+    }
     const events = consumer.rebalanceEvents()
     for (const event of events) {
       const rebalance: RebalanceEvent = { type: event.kind as 'assigned' | 'revoked', partitions: event.partitions }
       this.#emitSafely(this.events.REBALANCE, rebalance)
     }
     if (events.length > 0) this.#applyPauses()
-    return messages.map(kafkaMessage)
+    return { messages: messages.map(kafkaMessage), seeks }
+  }
+
+  /** Whether the application sought `key` since the seek counts `seeks` were taken. */
+  #soughtSince(key: string, seeks: Map<string, number>): boolean {
+    return (this.#seeks.get(key) ?? 0) !== (seeks.get(key) ?? 0)
+  }
+
+  #refuseBusy(): void {
+    if (this.#running || this.#iterating || this.#loop !== undefined) {
+      throw new InvalidRequestError('the consumer is running (or still stopping)', 8, false)
+    }
   }
 
   /** Pauses what the application paused and this consumer owns now (a partition assigned again starts unpaused in the core). */
@@ -554,8 +576,8 @@ export class Consumer extends EventEmitter {
    */
   async poll(maxRecords = 500): Promise<(KafkaMessage & TopicPartition)[]> {
     this.#refuseClosed()
-    if (this.#running || this.#iterating) throw new InvalidRequestError('the consumer is running: poll is not for it', 8, false)
-    const messages = await this.#fetch(maxRecords)
+    this.#refuseBusy()
+    const { messages } = await this.#fetch(maxRecords)
     for (const message of messages) this.#handled(message.topic, message.partition, message.offset)
     return messages
   }
@@ -566,20 +588,20 @@ export class Consumer extends EventEmitter {
    */
   async run(config: ConsumerRunConfig): Promise<void> {
     if (this.#closed) throw new InvalidRequestError('the consumer is disconnected', 8, false)
-    if (this.#running || this.#iterating || this.#loop !== undefined) {
-      throw new InvalidRequestError('the consumer is already running (or still stopping)', 8, false)
-    }
+    this.#refuseBusy()
     if ((config.eachMessage === undefined) === (config.eachBatch === undefined)) {
       throw new TypeError('run takes exactly one of eachMessage and eachBatch')
     }
     this.#running = true
+    const id = ++this.#runId
     try {
       await this.#join()
     } catch (error) {
-      this.#running = false
+      if (this.#runId === id) this.#running = false
       throw error
     }
-    if (!this.#running) return // stopped or disconnected while joining
+    // Stopped, disconnected or run again while joining.
+    if (!this.#running || this.#runId !== id) return
     const loop = this.#runLoop(config).finally(() => {
       if (this.#loop === loop) this.#loop = undefined
     })
@@ -590,8 +612,9 @@ export class Consumer extends EventEmitter {
     const concurrency = Math.max(1, config.partitionsConsumedConcurrently ?? 1)
     while (this.#running) {
       let messages: (KafkaMessage & TopicPartition)[]
+      let seeks: Map<string, number>
       try {
-        messages = await this.#fetch(500)
+        ;({ messages, seeks } = await this.#fetch(500))
       } catch (error) {
         if (!this.#running) return
         this.#emitSafely(this.events.CRASH, error)
@@ -620,7 +643,7 @@ export class Consumer extends EventEmitter {
       const queue = [...batches.values()]
       const workers = Array.from({ length: Math.min(concurrency, queue.length) }, async () => {
         for (let batch = queue.shift(); batch !== undefined; batch = queue.shift()) {
-          const unhandled = await this.#handle(batch, config)
+          const unhandled = await this.#handle(batch, config, seeks.get(partitionKey(batch.topic, batch.partition)) ?? 0)
           if (unhandled !== undefined) this.#giveBack(batch.topic, batch.partition, unhandled)
         }
       })
@@ -629,10 +652,11 @@ export class Consumer extends EventEmitter {
   }
 
   /** Runs the handler over one partition's batch: the first offset not handled, if any. */
-  async #handle(batch: Batch, config: ConsumerRunConfig): Promise<bigint | undefined> {
+  async #handle(batch: Batch, config: ConsumerRunConfig, seeks: number): Promise<bigint | undefined> {
     const { topic, partition } = batch
     const key = partitionKey(topic, partition)
-    const seeks = this.#seeks.get(key) ?? 0
+    // Sought since the fetch: these records are not where the application wants to read.
+    if ((this.#seeks.get(key) ?? 0) !== seeks) return undefined
     /** The application paused the partition or sought elsewhere: the rest of the batch is not for now. */
     const interrupted = () => this.#paused.has(key) || (this.#seeks.get(key) ?? 0) !== seeks
     const pause = () => {
@@ -640,6 +664,8 @@ export class Consumer extends EventEmitter {
       return () => this.resume([{ topic, partitions: [partition] }])
     }
     if (config.eachBatch !== undefined) {
+      // Stopped, or paused before its turn: the whole batch comes again.
+      if (!this.#running || this.#paused.has(key)) return batch.firstOffset() ?? undefined
       let resolved: bigint | undefined
       const payload: EachBatchPayload = {
         batch,
@@ -656,7 +682,7 @@ export class Consumer extends EventEmitter {
         pause,
       }
       try {
-        await this.#inHandler.run(true, () => config.eachBatch!(payload))
+        await this.#asHandler(() => config.eachBatch!(payload))
       } catch (error) {
         this.#emitSafely(this.events.CRASH, error)
         if ((this.#seeks.get(key) ?? 0) !== seeks) return undefined
@@ -666,7 +692,9 @@ export class Consumer extends EventEmitter {
       this.#failures.delete(key)
       if ((this.#seeks.get(key) ?? 0) !== seeks) return undefined // the application moved it
       const last = batch.lastOffset()
-      if (config.eachBatchAutoResolve !== false && last !== null) {
+      // Auto-resolve only a batch still wanted: after stop() or a pause, what
+      // the handler did not resolve comes again.
+      if (config.eachBatchAutoResolve !== false && last !== null && this.#running && !this.#paused.has(key)) {
         this.#handled(topic, partition, last)
         return undefined
       }
@@ -678,7 +706,7 @@ export class Consumer extends EventEmitter {
       if ((this.#seeks.get(key) ?? 0) !== seeks) return undefined // the application moved it
       if (!this.#running || interrupted()) return message.offset
       try {
-        await this.#inHandler.run(true, () => config.eachMessage!({ topic, partition, message, pause }))
+        await this.#asHandler(() => config.eachMessage!({ topic, partition, message, pause }))
       } catch (error) {
         this.#emitSafely(this.events.CRASH, error)
         if ((this.#seeks.get(key) ?? 0) !== seeks) return undefined
@@ -691,6 +719,16 @@ export class Consumer extends EventEmitter {
     return undefined
   }
 
+  /** Runs a handler, marked so that `stop()` called from it does not wait for it. */
+  async #asHandler(handler: () => Promise<void>): Promise<void> {
+    const mark = { active: true }
+    try {
+      await this.#inHandler.run(mark, handler)
+    } finally {
+      mark.active = false
+    }
+  }
+
   /**
    * Stops `run` after the handlers in progress (a waiting poll returns at
    * once); the consumer stays in its group. Called from inside a handler, it
@@ -698,8 +736,8 @@ export class Consumer extends EventEmitter {
    */
   async stop(): Promise<void> {
     this.#running = false
-    this.#native?.wakeup()
-    if (this.#inHandler.getStore() === true) return
+    if (this.#polling > 0) this.#native?.wakeup()
+    if (this.#inHandler.getStore()?.active === true) return
     await this.#loop
   }
 
@@ -709,17 +747,32 @@ export class Consumer extends EventEmitter {
    * delivered again).
    */
   async *[Symbol.asyncIterator](): AsyncGenerator<KafkaMessage & TopicPartition> {
-    if (this.#running || this.#iterating) throw new InvalidRequestError('the consumer is already running', 8, false)
+    this.#refuseBusy()
     this.#iterating = true
     let pending: (KafkaMessage & TopicPartition)[] = []
+    let seeks = new Map<string, number>()
     let current: (KafkaMessage & TopicPartition) | undefined
+    // Drops what was fetched for partitions the application sought or paused since.
+    const unwanted = (message: TopicPartition) => {
+      const key = partitionKey(message.topic, message.partition)
+      return this.#soughtSince(key, seeks) || this.#paused.has(key)
+    }
     try {
       while (!this.#closed) {
         if (pending.length === 0) {
-          pending = await this.#fetch(100)
+          ;({ messages: pending, seeks } = await this.#fetch(100))
           continue
         }
         current = pending.shift()!
+        if (unwanted(current)) {
+          const dropped = current
+          const key = partitionKey(dropped.topic, dropped.partition)
+          // A pause gives the records back; a seek already moved the partition.
+          if (!this.#soughtSince(key, seeks)) this.#giveBack(dropped.topic, dropped.partition, dropped.offset)
+          pending = pending.filter((message) => partitionKey(message.topic, message.partition) !== key)
+          current = undefined
+          continue
+        }
         yield current
         this.#handled(current.topic, current.partition, current.offset)
         current = undefined
@@ -732,7 +785,8 @@ export class Consumer extends EventEmitter {
       const firsts = new Map<string, KafkaMessage & TopicPartition>()
       for (const message of pending) {
         const key = partitionKey(message.topic, message.partition)
-        if (!firsts.has(key)) firsts.set(key, message)
+        // A partition the application sought has moved already.
+        if (!firsts.has(key) && !this.#soughtSince(key, seeks)) firsts.set(key, message)
       }
       for (const message of firsts.values()) this.#giveBack(message.topic, message.partition, message.offset)
     }
@@ -786,6 +840,12 @@ export class Consumer extends EventEmitter {
 
   /** Delivers paused partitions again. */
   resume(topics: { topic: string; partitions?: number[] }[]): void {
+    for (const { topic, partitions } of topics) {
+      // Without `partitions`: every paused partition of the topic, owned now or not.
+      if (partitions === undefined) {
+        for (const key of [...this.#paused]) if (key.startsWith(`${topic}\u0000`)) this.#paused.delete(key)
+      }
+    }
     this.#each(topics, (topic, partition) => {
       this.#paused.delete(partitionKey(topic, partition))
       sync(() => this.#consumer().resume(topic, partition))

@@ -378,9 +378,15 @@ impl Consumer {
     /// at once, empty; later polls wait out their timeout and return empty;
     /// assign and subscribe fail with `Closed`.
     pub async fn close(&self) {
+        // Closed from the start: an assign or subscribe racing the leave is
+        // refused rather than leaving a member behind.
+        self.inner.closed.store(true, std::sync::atomic::Ordering::Release);
         let membership = self.membership().take();
         if let Some(membership) = membership {
             membership.leave(&self.inner).await;
+        }
+        if let Some(late) = self.membership().take() {
+            late.abort();
         }
         self.inner.stop();
     }

@@ -70,7 +70,9 @@ impl ClientError {
             ClientError::InvalidConfig { .. } => ErrorCode::InvalidConfig,
             ClientError::InvalidArgument(_) => ErrorCode::InvalidRequest,
             ClientError::Corrupt(_) | ClientError::CorruptBatch { .. } => ErrorCode::CorruptMessage,
-            ClientError::Protocol(_) | ClientError::Closed => ErrorCode::UnknownServerError,
+            ClientError::Protocol(_) => ErrorCode::UnknownServerError,
+            // A call on a closed client is the caller's mistake, not the broker's.
+            ClientError::Closed => ErrorCode::InvalidRequest,
         }
     }
 
