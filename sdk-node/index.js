@@ -214,12 +214,12 @@ class Consumer extends events_1.EventEmitter {
     #failures = new Map();
     /** Seeks asked for per partition: a batch in hand stops at a new one. */
     #seeks = new Map();
+    /** The last seek asked for per partition, re-issued after a poll it raced. */
+    #seekTargets = new Map();
     /** Set while a handler runs: `stop()` from inside it must not wait for it. */
     #inHandler = new async_hooks_1.AsyncLocalStorage();
     /** Each `run` call's number: a run stopped while it joined does not start its loop. */
     #runId = 0;
-    /** Native polls in flight (what `stop()` wakes). */
-    #polling = 0;
     /** @internal */
     constructor(brokers, settings, maxWait) {
         super();
@@ -288,15 +288,28 @@ class Consumer extends events_1.EventEmitter {
     async #fetch(maxRecords) {
         await this.#join();
         const consumer = this.#consumer();
+        const before = new Map(this.#seeks);
+        const fetched = await call(() => consumer.poll(this.#maxWait, maxRecords));
+        // A seek made while the poll waited: the records of that partition may be
+        // from before it or after it. Seek again to the target and drop them: the
+        // partition is read from the target by the next poll either way.
+        const raced = new Set();
+        for (const [key, count] of this.#seeks) {
+            if ((before.get(key) ?? 0) === count)
+                continue;
+            raced.add(key);
+            const target = this.#seekTargets.get(key);
+            if (target !== undefined) {
+                try {
+                    consumer.seek(target.topic, target.partition, target.where);
+                }
+                catch {
+                    // Moved meanwhile.
+                }
+            }
+        }
+        const messages = fetched.filter((message) => !raced.has(partitionKey(message.topic, message.partition)));
         const seeks = new Map(this.#seeks);
-        this.#polling += 1;
-        let messages;
-        try {
-            messages = await call(() => consumer.poll(this.#maxWait, maxRecords));
-        }
-        finally {
-            this.#polling -= 1;
-        }
         const events = consumer.rebalanceEvents();
         for (const event of events) {
             const rebalance = { type: event.kind, partitions: event.partitions };
@@ -513,9 +526,9 @@ class Consumer extends events_1.EventEmitter {
             if ((this.#seeks.get(key) ?? 0) !== seeks)
                 return undefined; // the application moved it
             const last = batch.lastOffset();
-            // Auto-resolve only a batch still wanted: after stop() or a pause, what
-            // the handler did not resolve comes again.
-            if (config.eachBatchAutoResolve !== false && last !== null && this.#running && !this.#paused.has(key)) {
+            // The handler returned: its batch is resolved (as in kafkajs; with
+            // `eachBatchAutoResolve: false` only what it resolved counts).
+            if (config.eachBatchAutoResolve !== false && last !== null) {
                 this.#handled(topic, partition, last);
                 return undefined;
             }
@@ -560,8 +573,9 @@ class Consumer extends events_1.EventEmitter {
      */
     async stop() {
         this.#running = false;
-        if (this.#polling > 0)
-            this.#native?.wakeup();
+        // Unconditional: a poll about to start is stopped too (a wakeup left over
+        // only makes one later poll return empty).
+        this.#native?.wakeup();
         if (this.#inHandler.getStore()?.active === true)
             return;
         await this.#loop;
@@ -637,6 +651,7 @@ class Consumer extends events_1.EventEmitter {
         sync(() => this.#consumer().seek(target.topic, target.partition, where));
         const key = partitionKey(target.topic, target.partition);
         this.#seeks.set(key, (this.#seeks.get(key) ?? 0) + 1);
+        this.#seekTargets.set(key, { topic: target.topic, partition: target.partition, where });
     }
     /** The partitions this consumer owns now. */
     assignment() {

@@ -402,12 +402,12 @@ export class Consumer extends EventEmitter {
   readonly #failures = new Map<string, number>()
   /** Seeks asked for per partition: a batch in hand stops at a new one. */
   readonly #seeks = new Map<string, number>()
+  /** The last seek asked for per partition, re-issued after a poll it raced. */
+  readonly #seekTargets = new Map<string, { topic: string; partition: number; where: bigint | string }>()
   /** Set while a handler runs: `stop()` from inside it must not wait for it. */
   readonly #inHandler = new AsyncLocalStorage<{ active: boolean }>()
   /** Each `run` call's number: a run stopped while it joined does not start its loop. */
   #runId = 0
-  /** Native polls in flight (what `stop()` wakes). */
-  #polling = 0
 
   /** @internal */
   constructor(brokers: string[], settings: Record<string, string>, maxWait: number) {
@@ -480,14 +480,26 @@ export class Consumer extends EventEmitter {
   async #fetch(maxRecords: number): Promise<{ messages: (KafkaMessage & TopicPartition)[]; seeks: Map<string, number> }> {
     await this.#join()
     const consumer = this.#consumer()
-    const seeks = new Map(this.#seeks)
-    this.#polling += 1
-    let messages: NativeTypes.Message[]
-    try {
-      messages = await call(() => consumer.poll(this.#maxWait, maxRecords))
-    } finally {
-      this.#polling -= 1
+    const before = new Map(this.#seeks)
+    const fetched = await call(() => consumer.poll(this.#maxWait, maxRecords))
+    // A seek made while the poll waited: the records of that partition may be
+    // from before it or after it. Seek again to the target and drop them: the
+    // partition is read from the target by the next poll either way.
+    const raced = new Set<string>()
+    for (const [key, count] of this.#seeks) {
+      if ((before.get(key) ?? 0) === count) continue
+      raced.add(key)
+      const target = this.#seekTargets.get(key)
+      if (target !== undefined) {
+        try {
+          consumer.seek(target.topic, target.partition, target.where)
+        } catch {
+          // Moved meanwhile.
+        }
+      }
     }
+    const messages = fetched.filter((message) => !raced.has(partitionKey(message.topic, message.partition)))
+    const seeks = new Map(this.#seeks)
     const events = consumer.rebalanceEvents()
     for (const event of events) {
       const rebalance: RebalanceEvent = { type: event.kind as 'assigned' | 'revoked', partitions: event.partitions }
@@ -692,9 +704,9 @@ export class Consumer extends EventEmitter {
       this.#failures.delete(key)
       if ((this.#seeks.get(key) ?? 0) !== seeks) return undefined // the application moved it
       const last = batch.lastOffset()
-      // Auto-resolve only a batch still wanted: after stop() or a pause, what
-      // the handler did not resolve comes again.
-      if (config.eachBatchAutoResolve !== false && last !== null && this.#running && !this.#paused.has(key)) {
+      // The handler returned: its batch is resolved (as in kafkajs; with
+      // `eachBatchAutoResolve: false` only what it resolved counts).
+      if (config.eachBatchAutoResolve !== false && last !== null) {
         this.#handled(topic, partition, last)
         return undefined
       }
@@ -736,7 +748,9 @@ export class Consumer extends EventEmitter {
    */
   async stop(): Promise<void> {
     this.#running = false
-    if (this.#polling > 0) this.#native?.wakeup()
+    // Unconditional: a poll about to start is stopped too (a wakeup left over
+    // only makes one later poll return empty).
+    this.#native?.wakeup()
     if (this.#inHandler.getStore()?.active === true) return
     await this.#loop
   }
@@ -809,6 +823,7 @@ export class Consumer extends EventEmitter {
     sync(() => this.#consumer().seek(target.topic, target.partition, where))
     const key = partitionKey(target.topic, target.partition)
     this.#seeks.set(key, (this.#seeks.get(key) ?? 0) + 1)
+    this.#seekTargets.set(key, { topic: target.topic, partition: target.partition, where })
   }
 
   /** The partitions this consumer owns now. */

@@ -168,10 +168,14 @@ impl Consumer {
         subscription: Subscription,
         listener: Option<Arc<dyn RebalanceListener>>,
     ) -> Result<(), ClientError> {
-        self.inner().refuse_closed()?;
         let Some(group_id) = self.inner().config.group_id.clone() else {
             return Err(ClientError::InvalidConfig { problems: vec!["subscribe needs group.id".to_owned()] });
         };
+        // Checked and installed under the membership lock: `close` marks the
+        // consumer closed before it takes that lock, so a member is never
+        // installed after a close took the last one.
+        let mut membership = self.membership();
+        self.inner().refuse_closed()?;
         let inner = self.inner().clone();
         let assigned_before: Vec<Key> = self.assignment();
         inner.change_assignment(&[], &assigned_before);
@@ -179,7 +183,8 @@ impl Consumer {
         let (stop, stopped) = watch::channel(false);
         let task =
             tokio::spawn(run_membership(inner, group_id.clone(), subscription, listener, state.clone(), stopped));
-        let previous = self.membership().replace(Membership { group_id, state, stop, task });
+        let previous = membership.replace(Membership { group_id, state, stop, task });
+        drop(membership);
         if let Some(previous) = previous {
             previous.abort();
         }

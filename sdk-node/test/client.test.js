@@ -141,8 +141,11 @@ test('a group splits partitions between members, commits, and a new member resum
   const owned = members.map((member) => member.assignment().length)
   assert.deepEqual(owned.sort(), [2, 2], 'two partitions each')
   assert.ok(rebalances.some(([, type]) => type === 'assigned'))
-  const lag = await admin.groupLag('workers')
-  assert.equal(lag.reduce((total, partition) => total + partition.lag, 0n), 0n)
+  // The last commits land after the last handlers saw their messages.
+  await waitFor('the group caught up', async () => {
+    const lag = await admin.groupLag('workers')
+    return lag.reduce((total, partition) => total + partition.lag, 0n) === 0n ? true : undefined
+  })
   for (const member of members) await member.disconnect()
 
   // A new member of the group starts where the commits left off.
@@ -297,4 +300,22 @@ test('commits take only handled messages: after stop, a break, or a failing hand
   assert.deepEqual(crashes, ['not now'])
   await flaky.disconnect()
   assert.equal(await committed('handled-flaky'), 20n)
+})
+
+test('a seek made while a poll waits moves the partition, losing nothing', async () => {
+  const admin = broker.weir.admin()
+  await admin.createTopics({ topics: [{ topic: 'sought', numPartitions: 1 }] })
+  const producer = broker.weir.producer()
+  await producer.send({ topic: 'sought', messages: Array.from({ length: 10 }, (_, n) => ({ value: String(n) })) })
+  const consumer = broker.weir.consumer({ maxWaitTimeInMs: 60_000 })
+  await consumer.assign([{ topic: 'sought', partition: 0 }])
+  consumer.seek({ topic: 'sought', partition: 0, offset: 10n })
+  const seen = []
+  await consumer.run({ eachMessage: async ({ message }) => seen.push(message.offset) })
+  // The loop waits at the end of the log; the seek lands during that poll.
+  consumer.seek({ topic: 'sought', partition: 0, offset: 4n })
+  await waitFor('records from the seek target', async () => (seen.length >= 6 ? true : undefined))
+  assert.deepEqual(seen, [4n, 5n, 6n, 7n, 8n, 9n])
+  await consumer.disconnect()
+  await producer.disconnect()
 })
