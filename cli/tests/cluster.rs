@@ -281,6 +281,43 @@ fn a_plugin_uploaded_to_one_broker_runs_on_the_others() {
     });
 }
 
+/// Deploys `route_transform` as `route`: events with `region` `eu` to `eu`,
+/// the rest to `elsewhere`, from the earliest input.
+const ROUTE_DEPLOY: [&str; 17] = [
+    "transform",
+    "deploy",
+    "route",
+    "--plugin",
+    "route",
+    "--input",
+    "events",
+    "--output",
+    "eu",
+    "--output",
+    "elsewhere",
+    "--from",
+    "earliest",
+    "--config",
+    "field=region",
+    "--config",
+    "match=eu",
+];
+
+/// The `n` of every record the route transform wrote (read through broker
+/// `via`), sorted, each checked to be in the output its region says.
+fn routed(cluster: &Cluster, via: usize) -> Vec<u64> {
+    let mut seen = Vec::new();
+    for topic in ["eu", "elsewhere"] {
+        for line in consume_all(&cluster.address(via), topic) {
+            let value: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(value["region"] == "eu", topic == "eu", "{topic}: {line}");
+            seen.push(value["n"].as_u64().unwrap());
+        }
+    }
+    seen.sort_unstable();
+    seen
+}
+
 /// Every partition of transform `name` caught up (as seen through `address`),
 /// and its state `running`.
 fn transform_caught_up(address: &str, name: &str) -> Option<()> {
@@ -315,25 +352,7 @@ fn a_transform_runs_on_the_leader_of_each_input_partition_and_survives_a_kill() 
     });
     // Deployed through broker 3: the leaders of the six input partitions (all
     // three brokers) run them, writing to output partitions led anywhere.
-    let deploy = [
-        "transform",
-        "deploy",
-        "route",
-        "--plugin",
-        "route",
-        "--input",
-        "events",
-        "--output",
-        "eu",
-        "--output",
-        "elsewhere",
-        "--from",
-        "earliest",
-        "--config",
-        "field=region",
-        "--config",
-        "match=eu",
-    ];
+    let deploy = ROUTE_DEPLOY;
     let (ok, _, stderr) = weir(&cluster.address(3), &deploy, None);
     assert!(ok, "{stderr}");
     // A deployment is one per name, cluster-wide.
@@ -353,16 +372,7 @@ fn a_transform_runs_on_the_leader_of_each_input_partition_and_survives_a_kill() 
             transform_caught_up(&cluster.address(id), "route")
         });
     }
-    let mut seen = Vec::new();
-    for topic in ["eu", "elsewhere"] {
-        for line in consume_all(&cluster.address(3), topic) {
-            let value: Value = serde_json::from_str(&line).unwrap();
-            assert_eq!(value["region"] == "eu", topic == "eu", "{topic}: {line}");
-            seen.push(value["n"].as_u64().unwrap());
-        }
-    }
-    seen.sort_unstable();
-    assert_eq!(seen, (0..3000).collect::<Vec<u64>>(), "every input once, none twice");
+    assert_eq!(routed(&cluster, 3), (0..3000).collect::<Vec<u64>>(), "every input once, none twice");
 
     // Paused through one broker, paused everywhere; the plugin it runs stays.
     let (ok, _, stderr) = weir(&cluster.address(1), &["transform", "pause", "route"], None);
@@ -427,25 +437,7 @@ fn a_transform_stays_exactly_once_when_the_leaders_of_its_input_are_killed() {
         produced += count;
     };
     produce(&cluster, 1, 3000);
-    let deploy = [
-        "transform",
-        "deploy",
-        "route",
-        "--plugin",
-        "route",
-        "--input",
-        "events",
-        "--output",
-        "eu",
-        "--output",
-        "elsewhere",
-        "--from",
-        "earliest",
-        "--config",
-        "field=region",
-        "--config",
-        "match=eu",
-    ];
+    let deploy = ROUTE_DEPLOY;
     let (ok, _, stderr) = weir(&cluster.address(2), &deploy, None);
     assert!(ok, "{stderr}");
     for cycle in 0..3 {
@@ -476,15 +468,7 @@ fn a_transform_stays_exactly_once_when_the_leaders_of_its_input_are_killed() {
             transform_caught_up(&cluster.address(id), "route")
         });
     }
-    let mut seen = Vec::new();
-    for topic in ["eu", "elsewhere"] {
-        for line in consume_all(&cluster.address(3), topic) {
-            let value: Value = serde_json::from_str(&line).unwrap();
-            assert_eq!(value["region"] == "eu", topic == "eu", "{topic}: {line}");
-            seen.push(value["n"].as_u64().unwrap());
-        }
-    }
-    seen.sort_unstable();
+    let seen = routed(&cluster, 3);
     assert_eq!(seen, (0..produced as u64).collect::<Vec<u64>>(), "every input once, none twice\n{}", cluster.logs());
 
     // The checkpoints are a group's offsets: readable, not writable by clients.

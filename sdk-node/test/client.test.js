@@ -1,4 +1,6 @@
 'use strict'
+// The Node SDK against a real broker: round trips, keyed partitions, typed
+// errors, groups, seeks and pauses, and commits that take only handled messages.
 const assert = require('node:assert/strict')
 const { spawnSync } = require('node:child_process')
 const path = require('node:path')

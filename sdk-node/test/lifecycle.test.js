@@ -1,4 +1,6 @@
 'use strict'
+// Process lifecycle: programs exit cleanly with clients open or calls in
+// flight, and long polls leave the event loop and the libuv threadpool free.
 const assert = require('node:assert/strict')
 const { spawn } = require('node:child_process')
 const fs = require('node:fs')
