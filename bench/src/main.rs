@@ -49,6 +49,11 @@ struct Cli {
 enum Command {
     /// Measure the machine, start the servers, run the workloads, write the report.
     Run(RunArgs),
+    /// Start the servers (pinned as `run` pins them) and keep them up for an
+    /// external load generator: prints one JSON line of addresses on stdout once
+    /// all are ready, stops them when stdin closes or on SIGTERM/SIGINT. The SDK
+    /// benchmarks (sdk-node/bench) run their clients against these.
+    Serve(ServeArgs),
     /// Re-render the Markdown report and plots of a results JSON file.
     Report {
         /// A `<date>.json` written by `run`.
@@ -130,11 +135,31 @@ struct RunArgs {
     keep_logs: bool,
 }
 
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Systems to start, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "weir,kafka")]
+    systems: Vec<System>,
+    /// Scratch directory for the servers' data (deleted afterwards) [default: target/bench-work].
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// The `weir` binary [default: target/release/weir].
+    #[arg(long)]
+    weir_bin: Option<PathBuf>,
+    /// Where bench/peers/install.sh put the peers [default: target/bench-peers].
+    #[arg(long)]
+    peers_dir: Option<PathBuf>,
+    /// Do not pin the servers to the lower half of the CPUs.
+    #[arg(long)]
+    no_pin: bool,
+}
+
 /// Exit codes as `weir`'s: 0 success, 1 a failure (the message on stderr), 2 bad usage.
 fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
         Command::Report { results, out } => rerender(&results, out),
         Command::Run(args) => run(args),
+        Command::Serve(args) => serve(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -168,17 +193,27 @@ struct Paths {
 impl Paths {
     fn resolve(args: &RunArgs) -> Paths {
         let root = repo_root();
-        let peers = args.peers_dir.clone().unwrap_or_else(|| root.join("target/bench-peers"));
         let default_out = if args.smoke { root.join("target/bench-smoke") } else { root.join("bench/results") };
         Paths {
-            weir_bin: args.weir_bin.clone().unwrap_or_else(|| root.join("target/release/weir")),
+            plugins_dir: args.plugins_dir.clone().unwrap_or_else(|| root.join("target/plugins/wasm32-wasip2/release")),
+            out: args.out.clone().unwrap_or(default_out),
+            ..Paths::servers(&args.weir_bin, &args.peers_dir, &args.work_dir)
+        }
+    }
+
+    /// What starting the servers needs; `plugins_dir` and `out` are left empty.
+    fn servers(weir_bin: &Option<PathBuf>, peers_dir: &Option<PathBuf>, work_dir: &Option<PathBuf>) -> Paths {
+        let root = repo_root();
+        let peers = peers_dir.clone().unwrap_or_else(|| root.join("target/bench-peers"));
+        Paths {
+            weir_bin: weir_bin.clone().unwrap_or_else(|| root.join("target/release/weir")),
             nats_bin: peers.join("nats/nats-server"),
             kafka_home: peers.join("kafka"),
             kafka_template: root.join("bench/peers/kafka/server.properties"),
             kafka_cluster_template: root.join("bench/peers/kafka/cluster.properties"),
-            plugins_dir: args.plugins_dir.clone().unwrap_or_else(|| root.join("target/plugins/wasm32-wasip2/release")),
-            work_dir: args.work_dir.clone().unwrap_or_else(|| root.join("target/bench-work")),
-            out: args.out.clone().unwrap_or(default_out),
+            plugins_dir: PathBuf::new(),
+            work_dir: work_dir.clone().unwrap_or_else(|| root.join("target/bench-work")),
+            out: PathBuf::new(),
         }
     }
 
@@ -258,15 +293,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let limits = limits::measure(&work_dir.join("probe"), sizes)?;
     eprintln!("limits: {}", serde_json::to_string(&limits)?);
 
-    let cpus = std::thread::available_parallelism().map_or(1, |cpus| cpus.get());
-    let (server_cpus, harness_cpus, pinning) = if args.no_pin || cpus < 2 {
-        (vec![], vec![], "none (--no-pin or one CPU)".to_owned())
-    } else {
-        let harness: Vec<usize> = (cpus / 2..cpus).collect();
-        let servers: Vec<usize> = (0..cpus / 2).collect();
-        let pinning = format!("servers on CPU {servers:?}, load generator on CPU {harness:?}");
-        (servers, harness, pinning)
-    };
+    let (server_cpus, harness_cpus, pinning) = cpu_split(args.no_pin);
     // Threads started from here on (the runtime's, librdkafka's) inherit this.
     anyhow::ensure!(
         server::pin_current_thread(&harness_cpus),
@@ -325,6 +352,57 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     eprintln!("wrote {} and {}", json_path.display(), markdown_path.display());
     anyhow::ensure!(failures.is_empty(), "{} run(s) failed:\n  {}", failures.len(), failures.join("\n  "));
     Ok(())
+}
+
+/// CPUs for the servers (the lower half) and for the load generator (the upper
+/// half), and a line saying so; both empty with `no_pin` or one CPU.
+fn cpu_split(no_pin: bool) -> (Vec<usize>, Vec<usize>, String) {
+    let cpus = std::thread::available_parallelism().map_or(1, |cpus| cpus.get());
+    if no_pin || cpus < 2 {
+        return (vec![], vec![], "none (--no-pin or one CPU)".to_owned());
+    }
+    let harness: Vec<usize> = (cpus / 2..cpus).collect();
+    let servers: Vec<usize> = (0..cpus / 2).collect();
+    let pinning = format!("servers on CPU {servers:?}, load generator on CPU {harness:?}");
+    (servers, harness, pinning)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let paths = Paths::servers(&args.weir_bin, &args.peers_dir, &args.work_dir);
+    paths.check(&args.systems, &[])?;
+    std::fs::create_dir_all(&paths.work_dir)?;
+    let work_dir = tempdir_in(&paths.work_dir)?;
+    let (server_cpus, harness_cpus, pinning) = cpu_split(args.no_pin);
+    eprintln!("pinning: {pinning}");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let launch = Launch { work_dir: work_dir.clone(), cpus: server_cpus };
+    let result = runtime.block_on(async {
+        let fleet = Fleet::start(&args.systems, &paths, &launch).await?;
+        let addresses = serde_json::json!({
+            "weir": fleet.weir.as_ref().map(|(server, _)| server.address.clone()),
+            "kafka": fleet.kafka.as_ref().map(|(server, _)| server.address.clone()),
+            "nats": fleet.nats.as_ref().map(|(server, _)| format!("nats://{}", server.address)),
+            "nats_fsync": fleet.nats_fsync.as_ref().map(|(server, _)| format!("nats://{}", server.address)),
+            "load_generator_cpus": harness_cpus,
+        });
+        println!("{addresses}");
+        eprintln!("serving; close stdin or send SIGTERM to stop");
+        let stdin_closed = tokio::task::spawn_blocking(|| {
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        });
+        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = stdin_closed => {}
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        fleet.stop();
+        anyhow::Ok(())
+    });
+    clean_work_dir(&work_dir, result.is_err());
+    // The stdin reader may still block; nothing else is left to wait for.
+    runtime.shutdown_background();
+    result
 }
 
 /// The command line for the report, the program without its directory (only

@@ -315,6 +315,7 @@ async fn produce(bench: ProduceBench) -> anyhow::Result<()> {
         "latency_ms": {"p50": percentile(0.5), "p99": percentile(0.99), "p999": percentile(0.999), "max": latencies.max() as f64 / 1000.0},
         "loopback_mb_per_second": loopback.map(|value| value / MB),
         "ratio_to_loopback": ratio,
+        "cpu_seconds": process_cpu_seconds(),
     });
     match bench.client.format {
         Format::Json => println!("{report}"),
@@ -397,6 +398,7 @@ async fn consume(bench: ConsumeBench) -> anyhow::Result<()> {
         "mb_per_second": bytes_per_second / MB,
         "loopback_mb_per_second": loopback.map(|value| value / MB),
         "ratio_to_loopback": ratio,
+        "cpu_seconds": process_cpu_seconds(),
     });
     match bench.client.format {
         Format::Json => println!("{report}"),
@@ -418,4 +420,17 @@ async fn consume(bench: ConsumeBench) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// User + system CPU seconds this process has used so far (what an SDK
+/// benchmark compares its own client's CPU against).
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is handed and keeps no pointer.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
