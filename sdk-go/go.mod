@@ -1,0 +1,3 @@
+module github.com/weir-streaming/weir/sdk-go
+
+go 1.23
