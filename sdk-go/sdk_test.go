@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -223,23 +224,30 @@ func TestCancellingABlockedPollReturnsPromptly(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("an empty poll: %v", err)
 	}
-	for round := 0; round < 5; round++ {
+	// The bound is < 200 ms; a loaded machine can deschedule any one round,
+	// so the median of 7 must meet it and every round a generous 5 s.
+	var took []time.Duration
+	for round := 0; round < 7; round++ {
 		ctx, cancel := context.WithCancel(context.Background())
 		returned := make(chan error, 1)
 		go func() {
 			_, err := cons.Poll(ctx)
 			returned <- err
 		}()
-		time.Sleep(150 * time.Millisecond) // let it block (not a wait for an event: any time works)
+		time.Sleep(150 * time.Millisecond) // let it block (any time works: cancel ends the wait either way)
 		cancelled := time.Now()
 		cancel()
 		err := <-returned
-		if took := time.Since(cancelled); took > 200*time.Millisecond {
-			t.Fatalf("round %d: poll returned %v after cancel", round, took)
-		}
+		took = append(took, time.Since(cancelled))
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("round %d: %v", round, err)
 		}
+	}
+	t.Logf("poll returned after cancel in %v", took)
+	sorted := append([]time.Duration(nil), took...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	if sorted[len(sorted)/2] >= 200*time.Millisecond || sorted[len(sorted)-1] > 5*time.Second {
+		t.Fatalf("poll returned %v after cancel (median must be < 200 ms)", took)
 	}
 	// Nothing is lost across cancelled polls.
 	p, _ := c.NewProducer(ProducerConfig{})
