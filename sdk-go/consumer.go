@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"iter"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,13 +35,14 @@ type ConsumerConfig struct {
 	// MaxPollRecords bounds the records one fetch from the core returns
 	// (default 500); Poll hands them out one at a time.
 	MaxPollRecords int
-	// OnAssigned, OnRevoked and OnLost are called with assignment changes of
-	// a group member, on the goroutine that polls, before the Poll that
-	// noticed them returns. Buffered records of revoked or lost partitions
-	// are dropped first.
+	// OnAssigned and OnRevoked are called with assignment changes of a group
+	// member, on the goroutine that polls, before the Poll that noticed them
+	// returns. The change has already happened: a revoked partition's
+	// handed-out offsets were committed (with auto-commit) when it left, and
+	// its buffered records are dropped before OnRevoked runs. A member fenced
+	// by the group sees its partitions revoked the same way.
 	OnAssigned func([]TopicPartition)
 	OnRevoked  func([]TopicPartition)
-	OnLost     func([]TopicPartition)
 	// Settings are any other consumer settings by their Kafka names.
 	Settings map[string]string
 }
@@ -93,15 +95,18 @@ type Consumer struct {
 
 	mu       sync.Mutex // guards the fields below
 	buffered []*Record
-	// stored is the next offset per partition of what Poll handed out, not
-	// yet passed to the core.
-	stored map[TopicPartition]int64
 	// inflight is the outcome of a fetch still running in the core (one whose
 	// Poll was cancelled); its records are buffered when it arrives.
 	inflight chan completion
-	// seeks made while a fetch ran: re-issued once it ends, and its records
-	// of those partitions dropped.
-	seeks map[TopicPartition]seekTarget
+	// seekGen counts seeks per partition and lastSeek is the latest target.
+	// A fetch notes the counts when it starts; records of a partition sought
+	// since are dropped when it ends and the seek made again (the fetch
+	// moved the core's position past it).
+	seekGen     map[TopicPartition]uint64
+	lastSeek    map[TopicPartition]seekTarget
+	inflightGen map[TopicPartition]uint64
+	// paused partitions: their buffered records wait here, not handed out.
+	paused map[TopicPartition]bool
 
 	closing   atomic.Bool
 	closeOnce sync.Once
@@ -126,13 +131,14 @@ func (c *Client) NewConsumer(config ConsumerConfig) (*Consumer, error) {
 		maxPoll = 500
 	}
 	cons := &Consumer{
-		client:  c,
-		config:  config,
-		maxPoll: maxPoll,
-		handle:  handle,
-		turn:    make(chan struct{}, 1),
-		stored:  map[TopicPartition]int64{},
-		seeks:   map[TopicPartition]seekTarget{},
+		client:   c,
+		config:   config,
+		maxPoll:  maxPoll,
+		handle:   handle,
+		turn:     make(chan struct{}, 1),
+		seekGen:  map[TopicPartition]uint64{},
+		lastSeek: map[TopicPartition]seekTarget{},
+		paused:   map[TopicPartition]bool{},
 	}
 	if err := c.own(cons); err != nil {
 		C.weir_consumer_free(handle)
@@ -191,9 +197,25 @@ func (cons *Consumer) SubscribePattern(ctx context.Context, pattern string) erro
 	return err
 }
 
-// Assign reads exactly these partitions, outside any group, from their
-// committed offsets (with a GroupID) or AutoOffsetReset.
+// Assign reads exactly these partitions, outside any group, from the offset
+// AutoOffsetReset says (then Seek to start elsewhere: Assign does not read
+// committed offsets, and nothing commits in the background in this mode;
+// CommitOffsets and Committed work with a GroupID). Buffered records of
+// partitions not in the new assignment are dropped.
 func (cons *Consumer) Assign(ctx context.Context, partitions ...TopicPartition) error {
+	keep := map[TopicPartition]bool{}
+	for _, tp := range partitions {
+		keep[tp] = true
+	}
+	var gone []TopicPartition
+	cons.mu.Lock()
+	for _, r := range cons.buffered {
+		if tp := (TopicPartition{r.Topic, r.Partition}); !keep[tp] {
+			gone = append(gone, tp)
+		}
+	}
+	cons.mu.Unlock()
+	cons.dropPartitions(gone)
 	list := make([][2]any, len(partitions))
 	for i, tp := range partitions {
 		list[i] = [2]any{tp.Topic, tp.Partition}
@@ -247,7 +269,11 @@ func (cons *Consumer) PollBatch(ctx context.Context, max int) ([]*Record, error)
 		if cons.closing.Load() {
 			return nil, ErrClosed
 		}
-		if out := cons.handOut(max); len(out) > 0 {
+		out, err := cons.handOut(max)
+		if err != nil {
+			return nil, err
+		}
+		if len(out) > 0 {
 			return out, nil
 		}
 		if err := cons.fetch(ctx); err != nil {
@@ -256,16 +282,17 @@ func (cons *Consumer) PollBatch(ctx context.Context, max int) ([]*Record, error)
 	}
 }
 
-// Records iterates over records as Poll returns them until ctx ends or the
-// consumer closes (the last pair then carries that error). Other errors are
-// yielded and iteration goes on; break out of the loop to stop.
+// Records iterates over records as Poll returns them. An error is yielded
+// with a nil record; iteration goes on after a retriable *Error and ends
+// after any other (ctx's end, ErrClosed, a refusal). Break out to stop.
 func (cons *Consumer) Records(ctx context.Context) iter.Seq2[*Record, error] {
 	return func(yield func(*Record, error) bool) {
 		for {
 			record, err := cons.Poll(ctx)
 			if err != nil {
-				terminal := ctx.Err() != nil || errors.Is(err, ErrClosed)
-				if !yield(nil, err) || terminal {
+				var werr *Error
+				retriable := errors.As(err, &werr) && werr.Retriable()
+				if !yield(nil, err) || !retriable || ctx.Err() != nil {
 					return
 				}
 				continue
@@ -277,41 +304,43 @@ func (cons *Consumer) Records(ctx context.Context) iter.Seq2[*Record, error] {
 	}
 }
 
-// handOut takes up to max buffered records and notes their offsets as
-// handled.
-func (cons *Consumer) handOut(max int) []*Record {
+// handOut takes up to max buffered records of partitions not paused and
+// stores their offsets in the core as what commits take (before the records
+// reach the caller, so a commit on revoke covers them).
+func (cons *Consumer) handOut(max int) ([]*Record, error) {
 	cons.mu.Lock()
-	defer cons.mu.Unlock()
-	n := min(max, len(cons.buffered))
-	if n == 0 {
-		return nil
+	var out []*Record
+	kept := cons.buffered[:0]
+	for _, r := range cons.buffered {
+		if len(out) < max && !cons.paused[TopicPartition{r.Topic, r.Partition}] {
+			out = append(out, r)
+		} else {
+			kept = append(kept, r)
+		}
 	}
-	out := make([]*Record, n)
-	copy(out, cons.buffered[:n])
-	clear(cons.buffered[:n])
-	cons.buffered = cons.buffered[n:]
+	clear(cons.buffered[len(kept):])
+	cons.buffered = kept
+	cons.mu.Unlock()
+	if len(out) == 0 {
+		return nil, nil
+	}
+	next := map[TopicPartition]int64{}
 	for _, r := range out {
-		cons.stored[TopicPartition{r.Topic, r.Partition}] = r.Offset + 1
+		next[TopicPartition{r.Topic, r.Partition}] = r.Offset + 1
 	}
-	return out
-}
-
-// flushStores passes the offsets handed out so far to the core.
-func (cons *Consumer) flushStores(handle *C.WeirConsumer) error {
-	cons.mu.Lock()
-	if len(cons.stored) == 0 {
-		cons.mu.Unlock()
-		return nil
-	}
-	entries := make([][3]any, 0, len(cons.stored))
-	for tp, offset := range cons.stored {
+	entries := make([][3]any, 0, len(next))
+	for tp, offset := range next {
 		entries = append(entries, [3]any{tp.Topic, tp.Partition, offset})
 	}
-	clear(cons.stored)
-	cons.mu.Unlock()
 	body, _ := json.Marshal(entries)
-	ptr, n := cBytes(body)
-	return takeError(C.weir_consumer_store_offsets(handle, ptr, n))
+	err := cons.with(func(handle *C.WeirConsumer) error {
+		ptr, n := cBytes(body)
+		return takeError(C.weir_consumer_store_offsets(handle, ptr, n))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // fetch runs one fetch from the core (or waits for the one in flight) and
@@ -322,22 +351,23 @@ func (cons *Consumer) fetch(ctx context.Context) error {
 	cons.mu.Unlock()
 	if inflight == nil {
 		outcome := make(chan completion, 1)
+		cons.mu.Lock()
+		cons.inflightGen = maps.Clone(cons.seekGen)
+		cons.inflight = outcome
+		cons.mu.Unlock()
 		err := cons.with(func(handle *C.WeirConsumer) error {
-			if err := cons.flushStores(handle); err != nil {
-				return err
-			}
 			_, err := cons.client.engine.start(func(c completion) { outcome <- c }, func(queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
 				return C.weir_consumer_poll(handle, queue, token, C.uint64_t(pollWait.Milliseconds()), C.uint32_t(cons.maxPoll))
 			})
 			return err
 		})
 		if err != nil {
+			cons.mu.Lock()
+			cons.inflight = nil
+			cons.mu.Unlock()
 			return err
 		}
 		inflight = outcome
-		cons.mu.Lock()
-		cons.inflight = outcome
-		cons.mu.Unlock()
 	}
 	select {
 	case done := <-inflight:
@@ -356,35 +386,39 @@ func (cons *Consumer) fetch(ctx context.Context) error {
 }
 
 func (cons *Consumer) fetched(done completion) error {
-	cons.mu.Lock()
-	cons.inflight = nil
-	seeks := cons.seeks
-	cons.seeks = map[TopicPartition]seekTarget{}
-	cons.mu.Unlock()
 	err := done.err()
 	var records []*Record
 	if err == nil {
 		records, err = decodeRecords(done.data)
 	}
+	// Assignment changes first: they drop what is buffered for partitions
+	// that left. Records of this fetch came after the changes (a partition
+	// revoked and given back is fetched again from its committed offset),
+	// so they are kept.
+	cons.rebalanced()
+	cons.mu.Lock()
+	cons.inflight = nil
 	// Seeks made while the fetch ran win over it: their partitions' records
-	// from it are dropped and the seeks made again (the fetch moved the
-	// position past them).
-	if len(seeks) > 0 {
-		kept := records[:0]
-		for _, r := range records {
-			if _, sought := seeks[TopicPartition{r.Topic, r.Partition}]; !sought {
-				kept = append(kept, r)
+	// from it are dropped and the seeks made again.
+	var again map[TopicPartition]seekTarget
+	for tp, gen := range cons.seekGen {
+		if cons.inflightGen[tp] != gen {
+			if again == nil {
+				again = map[TopicPartition]seekTarget{}
 			}
-		}
-		records = kept
-		for tp, target := range seeks {
-			_ = cons.seek(tp, target) // a partition no longer owned needs none
+			again[tp] = cons.lastSeek[tp]
 		}
 	}
-	cons.mu.Lock()
-	cons.buffered = append(cons.buffered, records...)
+	cons.inflightGen = nil
+	for _, r := range records {
+		if _, sought := again[TopicPartition{r.Topic, r.Partition}]; !sought {
+			cons.buffered = append(cons.buffered, r)
+		}
+	}
 	cons.mu.Unlock()
-	cons.rebalanced()
+	for tp, target := range again {
+		_ = cons.seek(tp, target) // a partition no longer owned needs none
+	}
 	return err
 }
 
@@ -406,12 +440,9 @@ func (cons *Consumer) rebalanced() {
 		switch event.Kind {
 		case "assigned":
 			callback = cons.config.OnAssigned
-		case "revoked", "lost":
+		case "revoked":
 			cons.dropPartitions(partitions)
 			callback = cons.config.OnRevoked
-			if event.Kind == "lost" {
-				callback = cons.config.OnLost
-			}
 		}
 		if callback != nil {
 			callback(partitions)
@@ -425,7 +456,6 @@ func (cons *Consumer) dropPartitions(partitions []TopicPartition) {
 	defer cons.mu.Unlock()
 	for _, tp := range partitions {
 		gone[tp] = true
-		delete(cons.stored, tp)
 	}
 	kept := cons.buffered[:0]
 	for _, r := range cons.buffered {
@@ -440,9 +470,6 @@ func (cons *Consumer) dropPartitions(partitions []TopicPartition) {
 // Commit commits, for every owned partition, the offset after the last
 // record Poll handed out.
 func (cons *Consumer) Commit(ctx context.Context) error {
-	if err := cons.with(cons.flushStores); err != nil {
-		return err
-	}
 	_, err := cons.call(ctx, func(handle *C.WeirConsumer, queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
 		return C.weir_consumer_commit(handle, queue, token, nil, 0)
 	})
@@ -505,15 +532,16 @@ func (cons *Consumer) SeekToEnd(tp TopicPartition) error {
 }
 
 func (cons *Consumer) seekFrom(tp TopicPartition, target seekTarget) error {
+	// Counted before the core moves: a fetch that started earlier sees the
+	// count changed when it ends, whatever the interleaving.
+	cons.mu.Lock()
+	cons.seekGen[tp]++
+	cons.lastSeek[tp] = target
+	cons.mu.Unlock()
 	if err := cons.seek(tp, target); err != nil {
 		return err
 	}
 	cons.dropPartitions([]TopicPartition{tp})
-	cons.mu.Lock()
-	if cons.inflight != nil {
-		cons.seeks[tp] = target
-	}
-	cons.mu.Unlock()
 	return nil
 }
 
@@ -524,7 +552,8 @@ func (cons *Consumer) seek(tp TopicPartition, target seekTarget) error {
 	})
 }
 
-// Pause stops fetching these partitions (their positions stay) until Resume.
+// Pause stops fetching these partitions until Resume: no Poll returns a
+// record of them meanwhile (records already fetched wait in the consumer).
 func (cons *Consumer) Pause(partitions ...TopicPartition) error {
 	return cons.pause(partitions, true)
 }
@@ -535,6 +564,15 @@ func (cons *Consumer) Resume(partitions ...TopicPartition) error {
 }
 
 func (cons *Consumer) pause(partitions []TopicPartition, paused bool) error {
+	cons.mu.Lock()
+	for _, tp := range partitions {
+		if paused {
+			cons.paused[tp] = true
+		} else {
+			delete(cons.paused, tp)
+		}
+	}
+	cons.mu.Unlock()
 	return cons.with(func(handle *C.WeirConsumer) error {
 		for _, tp := range partitions {
 			ptr, n := cString(tp.Topic)
@@ -577,7 +615,7 @@ func (cons *Consumer) Close() error {
 		cons.closing.Store(true)
 		_ = cons.with(func(handle *C.WeirConsumer) error {
 			C.weir_consumer_wakeup(handle)
-			return cons.flushStores(handle)
+			return nil
 		})
 		_, err := cons.call(context.Background(), func(handle *C.WeirConsumer, queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
 			return C.weir_consumer_close(handle, queue, token)

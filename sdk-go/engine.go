@@ -60,14 +60,20 @@ func newEngine() (*engine, error) {
 	if err := takeError(C.weir_queue_new(&queue)); err != nil {
 		return nil, err
 	}
+	// Under ForkLock, so a concurrent exec cannot inherit the dup before it
+	// is marked close-on-exec.
+	syscall.ForkLock.RLock()
 	fd, err := syscall.Dup(int(C.weir_queue_fd(queue)))
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		C.weir_queue_free(queue)
 		return nil, err
 	}
 	// The queue's socket is non-blocking already (the flag is shared with
 	// the dup): os.NewFile then registers it with the netpoller.
-	syscall.CloseOnExec(fd)
 	e := &engine{queue: queue, file: os.NewFile(uintptr(fd), "weir-completions"), done: make(chan struct{})}
 	go e.poll()
 	return e, nil
@@ -100,7 +106,7 @@ func (e *engine) drain() {
 		done[i].token = uint64(item.token)
 		done[i].c = completion{kind: item.kind, code: uint16(item.code)}
 		if item.len > 0 {
-			done[i].c.data = C.GoBytes(unsafe.Pointer(item.data), C.int(item.len))
+			done[i].c.data = append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(item.data)), int(item.len))...)
 		}
 	}
 	C.weir_completions_free(owner)

@@ -90,8 +90,9 @@ type Producer struct {
 	client *Client
 	manual bool
 
-	mu     sync.RWMutex // read: a call on the handle; write: freeing it
-	handle *C.WeirProducer
+	mu      sync.RWMutex // read: a call on the handle; write: closing, freeing it
+	handle  *C.WeirProducer
+	closing bool // Close has begun: calls are refused with ErrClosed
 
 	callbacks *callbackQueue
 	// Produce calls whose promise has not run yet, per flush epoch: Flush
@@ -131,7 +132,7 @@ func (c *Client) NewProducer(config ProducerConfig) (*Producer, error) {
 func (p *Producer) with(use func(*C.WeirProducer) error) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if p.handle == nil {
+	if p.handle == nil || p.closing {
 		return ErrClosed
 	}
 	return use(p.handle)
@@ -186,7 +187,7 @@ func (p *Producer) ProduceSync(ctx context.Context, records ...Record) ([]Record
 // nil, is called with where the record landed or why it did not — on the
 // producer's own goroutine, one call at a time, in the order the records
 // were queued. A promise may call Produce, but
-// not Flush or Close (they wait for the promises to run).
+// not Flush, Close or Client.Close (they wait for the promises to run).
 func (p *Producer) Produce(ctx context.Context, record Record, promise func(RecordMetadata, error)) error {
 	buf, err := encodeRecords([]Record{record}, p.manual)
 	if err != nil {
@@ -299,22 +300,26 @@ func (p *Producer) Flush(ctx context.Context) error {
 	return wait(ctx)
 }
 
-// Close flushes (waiting as long as the delivery timeout allows), then
-// releases the producer. Later calls return ErrClosed.
+// Close refuses further sends (ErrClosed), flushes (waiting as long as the
+// delivery timeout allows), runs every outstanding promise, then releases the
+// producer. Do not call it (or Client.Close) from a promise.
 func (p *Producer) Close() error {
 	p.closeOnce.Do(func() {
-		err := p.with(func(handle *C.WeirProducer) error {
-			_, err := p.client.engine.call(context.Background(), func(queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
-				return C.weir_producer_close(handle, queue, token)
-			})
-			return err
+		// Once every call already on the handle is done, later ones are
+		// refused: nothing can be queued behind the close.
+		p.mu.Lock()
+		p.closing = true
+		handle := p.handle
+		p.mu.Unlock()
+		_, err := p.client.engine.call(context.Background(), func(queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
+			return C.weir_producer_close(handle, queue, token)
 		})
 		if err != nil && !errors.Is(err, ErrClosed) {
 			p.closeErr = err
 		}
-		if err == nil {
-			_ = p.outstanding.cut()(context.Background())
-		}
+		// Every promise runs before Close returns (an engine already closed
+		// fails the sends still out, which runs their promises too).
+		_ = p.outstanding.cut()(context.Background())
 		p.callbacks.stop()
 		p.mu.Lock()
 		C.weir_producer_free(p.handle)

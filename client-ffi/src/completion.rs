@@ -62,13 +62,24 @@ impl Sink {
     }
 
     /// Runs `future` on the runtime and pushes its outcome under `token`.
+    /// A future that panics still pushes: an `UnknownServerError` naming the
+    /// panic, so no caller waits forever for a token.
     pub fn spawn<F, E>(self: &Arc<Self>, token: u64, future: F) -> Result<(), Error>
     where
         F: Future<Output = Result<Completion, E>> + Send + 'static,
         E: Into<Error>,
     {
         let sink = self.clone();
-        runtime::spawn(async move { sink.push(token, future.await.into()) })
+        runtime::spawn(async move {
+            let outcome = match tokio::spawn(async move { Completion::from(future.await) }).await {
+                Ok(outcome) => outcome,
+                Err(failed) => Completion::Error(Error::new(
+                    ErrorCode::UnknownServerError,
+                    format!("internal error in the Weir client core: {failed}"),
+                )),
+            };
+            sink.push(token, outcome)
+        })
     }
 }
 
