@@ -495,3 +495,102 @@ async fn the_broker_places_records_like_producers_when_asked() {
     drop(producer);
     broker.stop().await;
 }
+
+/// Plugin calls run on threads of their own: with a single RPC thread serving
+/// every connection, a produce interceptor spinning on one topic does not hold
+/// up a produce to another. (Before, the spin ran on the RPC thread and the
+/// second produce waited for its deadline.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spinning_interceptor_holds_up_only_the_topic_it_intercepts() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start_with(temp.path(), |config| {
+        config.rpc_threads = 1;
+        // Long enough that the other produce, not the spin, ends first.
+        config.plugins.call_deadline_ms = 5_000;
+        config.plugins.call_wall_deadline_ms = 120_000;
+    })
+    .await;
+    let admin = Admin::new(broker.common()).unwrap();
+    for topic in ["spinning", "plain"] {
+        admin.create_topic(NewTopic::new(topic, 1)).await.unwrap();
+    }
+    admin.upload_plugin("hostile", "produce-interceptor", wasm("hostile")).await.unwrap();
+    admin.attach_plugin(attach("spinning", "produce-interceptor", "hostile", &[("mode", "spin")], "")).await.unwrap();
+
+    let patient = ProducerConfig { delivery_timeout: Duration::from_secs(120), ..broker.producer_config() };
+    let spinning_producer = Producer::new(patient).unwrap();
+    let stuck = tokio::spawn(async move { send(&spinning_producer, "spinning", b"x").await });
+    support::wait_until("the interceptor runs", || async {
+        admin.describe_plugin("hostile").await.is_ok_and(|plugin| plugin.calls >= 1)
+    })
+    .await;
+    let producer = fast_producer(&broker);
+    assert_eq!(send(&producer, "plain", b"served meanwhile").await.unwrap(), 0);
+    assert!(!stuck.is_finished(), "the spinning call should still run when the other produce is answered");
+    // Not waited for: the spin ends on its own when its budget is spent.
+    stuck.abort();
+    drop(producer);
+    broker.stop().await;
+}
+
+/// Requests pipelined on one connection to an intercepted partition append in
+/// the order they were sent, although their plugin calls run off the RPC
+/// thread: idempotent batches 0..N are all accepted, none out of sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_produces_through_an_interceptor_append_in_order() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = relaxed_broker(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("ordered", 1)).await.unwrap();
+    admin.upload_plugin("noop", "produce-interceptor", wasm("noop_interceptor")).await.unwrap();
+    admin.attach_plugin(attach("ordered", "produce-interceptor", "noop", &[], "")).await.unwrap();
+
+    let connection = broker.connect().await;
+    let (producer_id, epoch) = support::init_producer_id(&connection).await.unwrap();
+    const BATCHES: i32 = 40;
+    let sends = (0..BATCHES).map(|sequence| {
+        let mut builder = abi::BatchBuilder::new(1_000).producer(producer_id, epoch, sequence);
+        builder.push(1_000, None, Some(format!("{sequence}").as_bytes()), &[]);
+        support::produce_raw(&connection, "ordered", 0, builder.encode())
+    });
+    let produced = futures::future::join_all(sends).await;
+    let offsets: Vec<i64> = produced.into_iter().map(|produced| produced.unwrap().base_offset).collect();
+    assert_eq!(offsets, (0..i64::from(BATCHES)).collect::<Vec<_>>());
+    let stored = values(&broker, "ordered", None, BATCHES as usize).await;
+    assert_eq!(stored, (0..BATCHES).map(|sequence| sequence.to_string()).collect::<Vec<_>>());
+    broker.stop().await;
+}
+
+/// A transform whose whole batch needs longer than one call's CPU budget —
+/// 5,000 records at about 12 µs each, some 60 ms, against the default 10 ms —
+/// runs it in smaller parts and moves on: every record is emitted once, in
+/// order, and the plugin log says the batch was split.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transform_batch_longer_than_its_budget_is_split_and_completes() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("slow-input", 1)).await.unwrap();
+    admin.create_topic(NewTopic::new("slow-output", 1)).await.unwrap();
+    admin.upload_plugin("slow", "transform", wasm("identity_transform")).await.unwrap();
+    const RECORDS: usize = 5_000;
+    let values: Vec<Vec<u8>> = (0..RECORDS).map(|index| index.to_string().into_bytes()).collect();
+    let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    let connection = broker.connect().await;
+    support::produce_raw(&connection, "slow-input", 0, support::batch_of(1_000, &refs)).await.unwrap();
+    let spec = client::TransformSpec {
+        name: "slow".to_owned(),
+        plugin: "slow".to_owned(),
+        input_topic: "slow-input".to_owned(),
+        output_topics: vec!["slow-output".to_owned()],
+        start: client::TRANSFORM_EARLIEST,
+        config: vec![("iterations_per_record".to_owned(), "24000".to_owned())],
+    };
+    admin.deploy_transform(spec).await.unwrap();
+    let outputs = read_all(&broker, &[("slow-output", 1)], RECORDS).await;
+    let emitted: Vec<&[u8]> = outputs.iter().map(|record| record.value.as_deref().unwrap_or_default()).collect();
+    assert_eq!(emitted, refs, "every record once, in order");
+    let logs = admin.plugin_logs("slow").await.unwrap();
+    assert!(logs.iter().any(|line| line.message.contains("at a time")), "the batch was split: {logs:?}");
+    broker.stop().await;
+}

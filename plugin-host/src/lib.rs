@@ -7,8 +7,9 @@
 //! - [`Plugin`] is one attached or deployed plugin with its configuration: it
 //!   instantiates lazily from an `InstancePre`, calls `init`, and runs batches.
 //!
-//! Safety rules, all enforced here: every call has a deadline (epoch
-//! interruption: the call traps at most one tick after it); each instance's
+//! Safety rules, all enforced here: every call has a budget of its thread's
+//! CPU time and a wall-clock backstop (checked on every epoch tick, so the
+//! call traps at most one tick after either; see [`budget`]); each instance's
 //! memories are capped (`StoreLimits`; growing past the cap traps); a trap drops
 //! the instance and the next call gets a fresh one (a batch that trapped for any
 //! reason but its deadline is retried once on the fresh instance); everything a
@@ -18,6 +19,7 @@
 //! SDK routes panic messages to `log` instead of stderr.
 
 mod bindings;
+pub mod budget;
 mod packed;
 
 use std::collections::VecDeque;
@@ -37,6 +39,8 @@ use bindings::produce_interceptor::{ProduceInterceptorPlugin, ProduceInterceptor
 use bindings::transform::{TransformPlugin, TransformPluginPre};
 use bindings::{host, types};
 
+use budget::Budget;
+pub use budget::DeadlineClock;
 pub use packed::{PackedBatch, PackedRecord, NULL, STRIDE};
 
 /// The contract version this host speaks.
@@ -77,11 +81,17 @@ impl HookKind {
 /// Bounds every plugin runs under.
 #[derive(Clone, Debug)]
 pub struct HostLimits {
-    /// Longest one call (one batch) may run.
+    /// CPU time one call (one batch) may use, counted on the thread that
+    /// runs it: load elsewhere on the machine does not count against it.
     pub call_deadline: Duration,
-    /// Longest `init` may run (instantiation included): it may build tables
+    /// Longest one call may take in elapsed time (the backstop for a call
+    /// the machine starves of CPU).
+    pub call_wall_deadline: Duration,
+    /// CPU time `init` may use (instantiation included): it may build tables
     /// from its configuration, and runs once per instance.
     pub init_deadline: Duration,
+    /// Longest `init` may take in elapsed time.
+    pub init_wall_deadline: Duration,
     /// Cap on an instance's linear memories, together.
     pub memory_bytes: usize,
     /// Output records per call (replacements, transform output).
@@ -99,7 +109,9 @@ impl Default for HostLimits {
     fn default() -> HostLimits {
         HostLimits {
             call_deadline: Duration::from_millis(10),
+            call_wall_deadline: Duration::from_secs(1),
             init_deadline: Duration::from_secs(1),
+            init_wall_deadline: Duration::from_secs(10),
             memory_bytes: 16 << 20,
             output_records_max: 100_000,
             output_bytes_max: 32 << 20,
@@ -119,8 +131,9 @@ pub enum PluginError {
     /// `init` refused its configuration.
     #[error("the plugin refused its configuration: {0}")]
     Config(String),
-    #[error("the plugin ran past its {deadline_ms} ms deadline")]
-    Deadline { deadline_ms: u64 },
+    /// Used up its CPU-time budget, or ran past the wall-clock backstop.
+    #[error("the plugin ran past its {deadline_ms} ms {clock} deadline")]
+    Deadline { deadline_ms: u64, clock: DeadlineClock },
     /// Trapped (a panic, an out-of-bounds access, the memory cap, …).
     #[error("the plugin trapped: {0}")]
     Trap(String),
@@ -195,13 +208,20 @@ pub struct PluginMetrics {
     pub errors: AtomicU64,
     pub traps: AtomicU64,
     pub instantiations: AtomicU64,
+    /// Elapsed time in calls.
     pub busy_nanos: AtomicU64,
+    /// CPU time of the threads running the calls, in calls.
+    pub cpu_nanos: AtomicU64,
 }
 
 /// What a store holds for the host functions.
 struct State {
     limits: StoreLimits,
     log: Arc<PluginLog>,
+    /// The running call's budget, checked on every epoch tick.
+    budget: Budget,
+    /// Which limit the last interrupted call ran past.
+    expired: Option<DeadlineClock>,
 }
 
 impl types::Host for State {}
@@ -460,13 +480,15 @@ enum Choice {
 /// A failure inside a call, before it is reported.
 enum CallError {
     Trap(String),
-    Deadline,
+    Deadline(DeadlineClock),
     Other(PluginError),
 }
 
-fn classify(error: wasmtime::Error) -> CallError {
+/// What a failed call into `store` means: an interrupt is the budget the epoch
+/// callback found spent; anything else is a trap.
+fn classify(error: wasmtime::Error, store: &Store<State>) -> CallError {
     match error.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::Interrupt) => CallError::Deadline,
+        Some(wasmtime::Trap::Interrupt) => CallError::Deadline(store.data().expired.unwrap_or(DeadlineClock::CpuTime)),
         _ => CallError::Trap(format!("{error:#}")),
     }
 }
@@ -494,10 +516,20 @@ impl Instance {
             .tables(64)
             .memories(8)
             .build();
-        let state = State { limits, log: log.clone() };
+        let budget = Budget::start(plugin.limits.init_deadline, plugin.limits.init_wall_deadline);
+        let state = State { limits, log: log.clone(), budget, expired: None };
         let mut store = Store::new(&plugin.engine, state);
         store.limiter(|state| &mut state.limits);
-        store.set_epoch_deadline((plugin.limits.init_deadline.as_nanos() / TICK.as_nanos()).max(1) as u64);
+        // Every tick while wasm runs: go on while the call is within budget.
+        store.epoch_deadline_callback(|mut context| {
+            let state = context.data_mut();
+            state.expired = state.budget.expired();
+            Ok(match state.expired {
+                None => wasmtime::UpdateDeadline::Continue(1),
+                Some(_) => wasmtime::UpdateDeadline::Interrupt,
+            })
+        });
+        store.set_epoch_deadline(1);
         let exports = match &plugin.pre {
             Pre::Partitioner(pre) => pre.instantiate(&mut store).map(Exports::Partitioner),
             Pre::ProduceInterceptor(pre) => pre.instantiate(&mut store).map(Exports::ProduceInterceptor),
@@ -505,15 +537,23 @@ impl Instance {
             Pre::Transform(pre) => pre.instantiate(&mut store).map(Exports::Transform),
         }
         .map_err(|error| match error.downcast_ref::<wasmtime::Trap>() {
-            Some(_) => classify(error),
+            Some(_) => classify(error, &store),
             None => CallError::Other(PluginError::Unavailable(format!("cannot instantiate: {error:#}"))),
         })?;
         Ok(Instance { store, exports })
     }
 
+    /// Starts a call's budget (on the thread that makes the call).
+    fn begin(&mut self, cpu_max: Duration, wall_max: Duration) {
+        let state = self.store.data_mut();
+        state.budget = Budget::start(cpu_max, wall_max);
+        state.expired = None;
+        self.store.set_epoch_deadline(1);
+    }
+
     #[allow(clippy::ptr_arg)] // the generated binding takes a &Vec
-    fn init(&mut self, config: &Vec<(String, String)>, deadline: u64) -> Result<PluginInfo, CallError> {
-        self.store.set_epoch_deadline(deadline);
+    fn init(&mut self, config: &Vec<(String, String)>, limits: &HostLimits) -> Result<PluginInfo, CallError> {
+        self.begin(limits.init_deadline, limits.init_wall_deadline);
         let store = &mut self.store;
         let answer = match &self.exports {
             Exports::Partitioner(plugin) => plugin.weir_plugin_partitioner().call_init(store, config),
@@ -521,7 +561,7 @@ impl Instance {
             Exports::ConsumeInterceptor(plugin) => plugin.weir_plugin_consume_interceptor().call_init(store, config),
             Exports::Transform(plugin) => plugin.weir_plugin_transform().call_init(store, config),
         };
-        match answer.map_err(classify)? {
+        match answer.map_err(|error| classify(error, &self.store))? {
             Ok(info) => Ok(PluginInfo { name: info.name, version: info.version }),
             Err(error) => Err(CallError::Other(plugin_error(error))),
         }
@@ -552,10 +592,6 @@ impl Drop for Lent<'_> {
         self.batch.arena = std::mem::take(&mut self.input.arena);
         self.batch.index = std::mem::take(&mut self.input.index);
     }
-}
-
-fn deadline_ticks(limits: &HostLimits) -> u64 {
-    (limits.call_deadline.as_nanos() / TICK.as_nanos()).max(1) as u64
 }
 
 /// One attached or deployed plugin: its compiled code, configuration, current
@@ -606,6 +642,16 @@ impl Plugin {
         &self.info
     }
 
+    /// The code this plugin runs.
+    pub fn compiled(&self) -> &Arc<CompiledPlugin> {
+        &self.compiled
+    }
+
+    /// The configuration its `init` was given.
+    pub fn config(&self) -> &[(String, String)] {
+        &self.config
+    }
+
     pub fn log(&self) -> &Arc<PluginLog> {
         &self.log
     }
@@ -618,16 +664,20 @@ impl Plugin {
         self.instance = None;
         self.metrics.instantiations.fetch_add(1, Ordering::Relaxed);
         let mut instance = Instance::new(&self.compiled, &self.log)?;
-        let init_ticks = (self.compiled.limits.init_deadline.as_nanos() / TICK.as_nanos()).max(1) as u64;
-        let info = instance.init(&self.config, init_ticks)?;
+        let info = instance.init(&self.config, &self.compiled.limits)?;
         self.instance = Some(instance);
         Ok(info)
     }
 
     fn report(&self, error: CallError) -> PluginError {
         let error = match error {
-            CallError::Deadline => {
-                PluginError::Deadline { deadline_ms: self.compiled.limits.call_deadline.as_millis() as u64 }
+            CallError::Deadline(clock) => {
+                let limits = &self.compiled.limits;
+                let deadline = match clock {
+                    DeadlineClock::CpuTime => limits.call_deadline,
+                    DeadlineClock::WallClock => limits.call_wall_deadline,
+                };
+                PluginError::Deadline { deadline_ms: deadline.as_millis() as u64, clock }
             }
             CallError::Trap(message) => {
                 self.metrics.traps.fetch_add(1, Ordering::Relaxed);
@@ -642,10 +692,11 @@ impl Plugin {
     /// Runs `call` on a live instance. A trap drops the instance; a trap other
     /// than the deadline is retried once on a fresh one (a deadline is not: the
     /// same batch would most likely run out of time again, doubling the stall).
-    fn call<T>(&mut self, call: impl Fn(&mut Instance, u64) -> Result<T, CallError>) -> Result<T, PluginError> {
+    fn call<T>(&mut self, call: impl Fn(&mut Instance) -> Result<T, CallError>) -> Result<T, PluginError> {
         let started = Instant::now();
+        let cpu_started = budget::thread_cpu_time();
         self.metrics.calls.fetch_add(1, Ordering::Relaxed);
-        let deadline = deadline_ticks(&self.compiled.limits);
+        let (cpu_max, wall_max) = (self.compiled.limits.call_deadline, self.compiled.limits.call_wall_deadline);
         let mut outcome = Err(CallError::Other(PluginError::Unavailable("not run".to_owned())));
         for attempt in 0..2 {
             if self.instance.is_none() {
@@ -655,7 +706,8 @@ impl Plugin {
                 }
             }
             let Some(instance) = self.instance.as_mut() else { break };
-            outcome = call(instance, deadline);
+            instance.begin(cpu_max, wall_max);
+            outcome = call(instance);
             match &outcome {
                 Err(CallError::Trap(message)) => {
                     self.instance = None;
@@ -664,7 +716,7 @@ impl Plugin {
                         self.log.push("error", format!("host: trapped ({message}); retrying on a fresh instance"));
                     }
                 }
-                Err(CallError::Deadline) => {
+                Err(CallError::Deadline(_)) => {
                     self.instance = None;
                     break;
                 }
@@ -672,6 +724,8 @@ impl Plugin {
             }
         }
         self.metrics.busy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let cpu_used = budget::thread_cpu_time().saturating_sub(cpu_started);
+        self.metrics.cpu_nanos.fetch_add(cpu_used.as_nanos() as u64, Ordering::Relaxed);
         outcome.map_err(|error| {
             self.metrics.errors.fetch_add(1, Ordering::Relaxed);
             self.report(error)
@@ -767,8 +821,7 @@ impl Plugin {
             return Err(self.wrong_kind(HookKind::Partitioner));
         }
         let lent = Lent::new(batch);
-        let answer = self.call(|instance, deadline| {
-            instance.store.set_epoch_deadline(deadline);
+        let answer = self.call(|instance| {
             let Exports::Partitioner(plugin) = &instance.exports else { unreachable!("kind checked") };
             let answer = plugin.weir_plugin_partitioner().call_partition(
                 &mut instance.store,
@@ -776,7 +829,9 @@ impl Plugin {
                 partition_count,
                 &lent.input,
             );
-            answer.map_err(classify)?.map_err(|error| CallError::Other(plugin_error(error)))
+            answer
+                .map_err(|error| classify(error, &instance.store))?
+                .map_err(|error| CallError::Other(plugin_error(error)))
         })?;
         drop(lent);
         if answer.len() != batch.len() {
@@ -810,12 +865,13 @@ impl Plugin {
         }
         let lent = Lent::new(batch);
         let target = types::TopicPartition { topic: topic.to_owned(), partition };
-        let verdicts = self.call(|instance, deadline| {
-            instance.store.set_epoch_deadline(deadline);
+        let verdicts = self.call(|instance| {
             let Exports::ProduceInterceptor(plugin) = &instance.exports else { unreachable!("kind checked") };
             let answer =
                 plugin.weir_plugin_produce_interceptor().call_on_produce(&mut instance.store, &target, &lent.input);
-            answer.map_err(classify)?.map_err(|error| CallError::Other(plugin_error(error)))
+            answer
+                .map_err(|error| classify(error, &instance.store))?
+                .map_err(|error| CallError::Other(plugin_error(error)))
         })?;
         drop(lent);
         if verdicts.actions.len() != batch.len() {
@@ -863,8 +919,7 @@ impl Plugin {
         let lent = Lent::new(batch);
         let source = types::TopicPartition { topic: topic.to_owned(), partition };
         let group = group.map(str::to_owned);
-        let verdicts = self.call(|instance, deadline| {
-            instance.store.set_epoch_deadline(deadline);
+        let verdicts = self.call(|instance| {
             let Exports::ConsumeInterceptor(plugin) = &instance.exports else { unreachable!("kind checked") };
             let answer = plugin.weir_plugin_consume_interceptor().call_on_consume(
                 &mut instance.store,
@@ -872,7 +927,9 @@ impl Plugin {
                 group.as_deref(),
                 &lent.input,
             );
-            answer.map_err(classify)?.map_err(|error| CallError::Other(plugin_error(error)))
+            answer
+                .map_err(|error| classify(error, &instance.store))?
+                .map_err(|error| CallError::Other(plugin_error(error)))
         })?;
         drop(lent);
         if verdicts.actions.len() != batch.len() {
@@ -908,11 +965,12 @@ impl Plugin {
         }
         let lent = Lent::new(batch);
         let source = types::TopicPartition { topic: topic.to_owned(), partition };
-        let output = self.call(|instance, deadline| {
-            instance.store.set_epoch_deadline(deadline);
+        let output = self.call(|instance| {
             let Exports::Transform(plugin) = &instance.exports else { unreachable!("kind checked") };
             let answer = plugin.weir_plugin_transform().call_process(&mut instance.store, &source, &lent.input);
-            answer.map_err(classify)?.map_err(|error| CallError::Other(plugin_error(error)))
+            answer
+                .map_err(|error| classify(error, &instance.store))?
+                .map_err(|error| CallError::Other(plugin_error(error)))
         })?;
         drop(lent);
         let records = self.unpack(output.records).map_err(|error| self.bad(error))?;

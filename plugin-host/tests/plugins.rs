@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plugin_host::{
-    CompiledPlugin, ConsumeOutcome, HookKind, HostLimits, PackedBatch, Plugin, PluginEngine, PluginError, PluginLog,
-    PluginMetrics, ProduceOutcome,
+    CompiledPlugin, ConsumeOutcome, DeadlineClock, HookKind, HostLimits, PackedBatch, Plugin, PluginEngine,
+    PluginError, PluginLog, PluginMetrics, ProduceOutcome,
 };
 
 fn plugin_dir() -> PathBuf {
@@ -35,7 +35,11 @@ fn engine(limits: HostLimits) -> PluginEngine {
 /// Limits for tests that are not about deadlines: a loaded test machine must
 /// not turn a slow call into a failure.
 fn relaxed() -> HostLimits {
-    HostLimits { call_deadline: Duration::from_secs(2), ..HostLimits::default() }
+    HostLimits {
+        call_deadline: Duration::from_secs(2),
+        call_wall_deadline: Duration::from_secs(60),
+        ..HostLimits::default()
+    }
 }
 
 fn compile(engine: &PluginEngine, name: &str) -> Arc<CompiledPlugin> {
@@ -142,21 +146,85 @@ fn the_transform_filters_and_routes_with_new_keys() {
     }
 }
 
+fn engine_with_backstop(wall: Duration) -> PluginEngine {
+    engine(HostLimits { call_deadline: Duration::from_secs(60), call_wall_deadline: wall, ..relaxed() })
+}
+
+/// CPU time the plugin's calls have used so far.
+fn cpu_used(plugin: &Plugin) -> Duration {
+    Duration::from_nanos(plugin.metrics().cpu_nanos.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+#[test]
+fn a_healthy_plugin_near_its_budget_does_not_fail_beside_a_cpu_hog() {
+    let budget = Duration::from_millis(40);
+    let limits = HostLimits { call_deadline: budget, call_wall_deadline: Duration::from_secs(30), ..relaxed() };
+    let engine = engine(limits);
+    let compiled = compile(&engine, "hostile");
+    // Calibrate: how many iterations make a call use about half its budget.
+    let probe_iterations: u64 = 2_000_000;
+    let mut probe = start(&compiled, &[("mode", "work"), ("iterations", &probe_iterations.to_string())]).unwrap();
+    let before = cpu_used(&probe);
+    for _ in 0..3 {
+        probe.on_produce("t", 0, &mut batch(&[b"x"])).unwrap();
+    }
+    let per_call = (cpu_used(&probe) - before) / 3;
+    let iterations = (probe_iterations as f64 * (budget / 2).as_secs_f64() / per_call.as_secs_f64()) as u64;
+    let mut plugin = start(&compiled, &[("mode", "work"), ("iterations", &iterations.to_string())]).unwrap();
+
+    // Two spinning threads per core: the call's thread gets a fraction of a core.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |cores| cores.get());
+    let hogs: Vec<_> = (0..cores * 2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::black_box(0u64);
+                }
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    let outcomes: Vec<_> = (0..20)
+        .map(|_| {
+            let started = Instant::now();
+            let outcome = plugin.on_produce("t", 0, &mut batch(&[b"x"]));
+            slowest = slowest.max(started.elapsed());
+            outcome
+        })
+        .collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    hogs.into_iter().for_each(|hog| hog.join().unwrap());
+    let per_call = cpu_used(&plugin) / 20;
+    eprintln!("{iterations} iterations: {per_call:?} of CPU per call; slowest call {slowest:?} elapsed");
+    for outcome in outcomes {
+        assert_eq!(outcome, Ok(ProduceOutcome::Accept), "{per_call:?} of CPU per call, budget {budget:?}");
+    }
+}
+
 #[test]
 fn an_infinite_loop_stops_within_twice_its_deadline() {
     let deadline = Duration::from_millis(50);
     let engine = engine(HostLimits { call_deadline: deadline, init_deadline: deadline, ..relaxed() });
     let compiled = compile(&engine, "hostile");
     let mut plugin = start(&compiled, &[("mode", "spin")]).unwrap();
+    // The budget is CPU time: what the call used, not how long the (possibly
+    // busy) machine took to give it that.
     let mut fastest = Duration::MAX;
     for _ in 0..3 {
-        let started = Instant::now();
+        let before = cpu_used(&plugin);
         let outcome = plugin.on_produce("t", 0, &mut batch(&[b"x"]));
-        fastest = fastest.min(started.elapsed());
-        assert_eq!(outcome, Err(PluginError::Deadline { deadline_ms: 50 }));
+        fastest = fastest.min(cpu_used(&plugin) - before);
+        assert_eq!(outcome, Err(PluginError::Deadline { deadline_ms: 50, clock: DeadlineClock::CpuTime }));
     }
-    assert!(fastest < deadline * 2, "stopped after {fastest:?}");
+    assert!(fastest < deadline * 2, "stopped after {fastest:?} of CPU time");
     assert!(matches!(start(&compiled, &[("mode", "init-spin")]), Err(PluginError::Deadline { .. })));
+    // The wall-clock backstop stops what the CPU budget would let run on.
+    let backstop = engine_with_backstop(Duration::from_millis(50));
+    let mut spinning = start(&compile(&backstop, "hostile"), &[("mode", "spin")]).unwrap();
+    let outcome = spinning.on_produce("t", 0, &mut batch(&[b"x"]));
+    assert_eq!(outcome, Err(PluginError::Deadline { deadline_ms: 50, clock: DeadlineClock::WallClock }));
     // The host goes on serving other plugins.
     let mut json = start(&compile(&engine, "json_validator"), &[]).unwrap();
     assert_eq!(json.on_produce("t", 0, &mut batch(&[b"1"])).unwrap(), ProduceOutcome::Accept);

@@ -154,8 +154,12 @@ pub fn parse_voters(text: &str) -> Result<Vec<Voter>, String> {
 /// Bounds every plugin runs under: per call, per instance, per broker.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginSettings {
-    /// Longest one plugin call (one batch) may run (`call_deadline_ms`).
+    /// CPU time one plugin call (one batch) may use, counted on the thread
+    /// that runs it (`call_deadline_ms`).
     pub call_deadline_ms: u64,
+    /// Longest one plugin call may take in elapsed time, however busy the
+    /// machine (`call_wall_deadline_ms`, at least `call_deadline_ms`).
+    pub call_wall_deadline_ms: u64,
     /// Cap on one plugin instance's memory (`memory_bytes_max`).
     pub memory_bytes_max: usize,
     /// Output bytes one call may return (`output_bytes_max`).
@@ -168,6 +172,7 @@ impl Default for PluginSettings {
     fn default() -> PluginSettings {
         PluginSettings {
             call_deadline_ms: 10,
+            call_wall_deadline_ms: 1000,
             memory_bytes_max: 16 * MIB,
             output_bytes_max: 32 * MIB,
             instances_max: 64,
@@ -347,9 +352,12 @@ impl BrokerConfig {
 
     /// The plugin host's bounds.
     pub fn plugin_limits(&self) -> plugin_host::HostLimits {
+        let init_deadline_ms = self.plugins.call_deadline_ms.max(1000);
         plugin_host::HostLimits {
             call_deadline: std::time::Duration::from_millis(self.plugins.call_deadline_ms),
-            init_deadline: std::time::Duration::from_millis(self.plugins.call_deadline_ms.max(1000)),
+            call_wall_deadline: std::time::Duration::from_millis(self.plugins.call_wall_deadline_ms),
+            init_deadline: std::time::Duration::from_millis(init_deadline_ms),
+            init_wall_deadline: std::time::Duration::from_millis(init_deadline_ms * 10),
             memory_bytes: self.plugins.memory_bytes_max,
             output_bytes_max: self.plugins.output_bytes_max,
             instances_max: self.plugins.instances_max,
@@ -383,6 +391,8 @@ impl BrokerConfig {
         self.limits.apply_file(raw.limits.unwrap_or_default());
         let plugins = raw.plugins.unwrap_or_default();
         self.plugins.call_deadline_ms = plugins.call_deadline_ms.unwrap_or(self.plugins.call_deadline_ms);
+        self.plugins.call_wall_deadline_ms =
+            plugins.call_wall_deadline_ms.unwrap_or(self.plugins.call_wall_deadline_ms);
         self.plugins.memory_bytes_max = plugins.memory_bytes_max.unwrap_or(self.plugins.memory_bytes_max);
         self.plugins.output_bytes_max = plugins.output_bytes_max.unwrap_or(self.plugins.output_bytes_max);
         self.plugins.instances_max = plugins.instances_max.unwrap_or(self.plugins.instances_max);
@@ -458,6 +468,13 @@ impl BrokerConfig {
         check_at_least(&mut problems, "retention_check_interval_ms", self.retention_check_interval_ms, 10);
         self.limits.check(&mut problems, &self.log);
         check_range(&mut problems, "plugins.call_deadline_ms", self.plugins.call_deadline_ms, 1, 60_000);
+        check_range(
+            &mut problems,
+            "plugins.call_wall_deadline_ms",
+            self.plugins.call_wall_deadline_ms,
+            self.plugins.call_deadline_ms,
+            600_000,
+        );
         check_range(&mut problems, "plugins.memory_bytes_max", self.plugins.memory_bytes_max, MIB, 4 * GIB);
         check_at_least(&mut problems, "plugins.output_bytes_max", self.plugins.output_bytes_max, KIB);
         check_range(&mut problems, "plugins.instances_max", self.plugins.instances_max, 1, 10_000);
@@ -625,6 +642,7 @@ struct RawController {
 #[serde(deny_unknown_fields)]
 struct RawPlugins {
     call_deadline_ms: Option<u64>,
+    call_wall_deadline_ms: Option<u64>,
     memory_bytes_max: Option<usize>,
     output_bytes_max: Option<usize>,
     instances_max: Option<u32>,
@@ -1124,15 +1142,16 @@ mod tests {
             topic_partitions_max.is_some(),
         ];
         assert_eq!(limits, [true; 13]);
-        let RawPlugins { call_deadline_ms, memory_bytes_max, output_bytes_max, instances_max } =
+        let RawPlugins { call_deadline_ms, call_wall_deadline_ms, memory_bytes_max, output_bytes_max, instances_max } =
             plugins.as_ref().expect("the example has [plugins]");
         let plugins = [
             call_deadline_ms.is_some(),
+            call_wall_deadline_ms.is_some(),
             memory_bytes_max.is_some(),
             output_bytes_max.is_some(),
             instances_max.is_some(),
         ];
-        assert_eq!(plugins, [true; 4]);
+        assert_eq!(plugins, [true; 5]);
         let RawController {
             voters,
             raft_heartbeat_ms,

@@ -70,6 +70,7 @@ pub mod log_dir;
 pub mod metadata_store;
 pub mod node;
 pub mod partition;
+pub mod plugin_pool;
 pub mod plugins;
 pub mod rpc;
 pub mod server;

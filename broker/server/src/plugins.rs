@@ -8,8 +8,10 @@
 //!   artifact is cached next to it (`<sha256>.cwasm`, only ever written by this
 //!   broker) so a restart does not recompile.
 //! - An attachment runs `init(config)` when made (a refused configuration fails
-//!   the attach) and again at start-up. Each attachment has one instance; calls
-//!   to it are serialized.
+//!   the attach) and again at start-up. Each attachment runs its calls on a
+//!   [`PluginPool`]: instances on threads of their own, one lane per few
+//!   partitions, so plugin code never runs on an RPC thread or an async worker
+//!   and a slow plugin delays only the traffic that goes through it.
 //! - Produce interceptors run on the leader before offsets are assigned and see
 //!   the request's batches; a rejection refuses the request (`InvalidRecord`,
 //!   with every reason), a rewrite re-encodes the batch with the same record
@@ -40,6 +42,7 @@ use broker_core::cluster::{is_plugin_digest, AttachmentEntry, PluginEntry};
 use crate::environment::Environment;
 use crate::error::ApiError;
 use crate::partition::lock;
+use crate::plugin_pool::{Called, PluginPool, PoolLimits};
 
 /// Why a plugin request or a plugin call failed. Typed here, converted to the
 /// client's `ApiError` (and its `ErrorCode`) once, at the edge.
@@ -165,7 +168,7 @@ struct Attachment {
     policy: FailurePolicy,
     /// The code its instance runs (a new upload of the plugin restarts it).
     digest: Option<String>,
-    runner: Option<Arc<Mutex<Plugin>>>,
+    runner: Option<Arc<PluginPool>>,
     status: String,
     /// `init` refused this code and settings (tried again only when they change).
     init_failed: bool,
@@ -179,8 +182,8 @@ pub struct PartitionerSetting {
     pub config: Vec<(String, String)>,
 }
 
-/// A running interceptor: plugin name, policy, instance.
-type Interceptor = (String, FailurePolicy, Option<Arc<Mutex<Plugin>>>);
+/// A running interceptor: plugin name, policy, instances.
+type Interceptor = (String, FailurePolicy, Option<Arc<PluginPool>>);
 
 /// A plugin as `listPlugins` reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -715,15 +718,16 @@ impl Plugins {
         })
     }
 
-    /// The partition the topic's partitioner plugin picks for a record
-    /// (`None`: no plugin, or it leaves the choice to Kafka's key partitioning).
-    /// Transforms place their outputs with it, as producers do.
-    pub fn partition(
+    /// The partitions the topic's partitioner plugin picks for `records`, in
+    /// one call (`None`: no plugin; an entry `None`: the plugin leaves that
+    /// record to Kafka's key partitioning). Transforms place their outputs with
+    /// it, as producers do.
+    pub async fn partitions(
         &self,
         topic: &str,
         partition_count: u32,
-        record: &plugin_host::PackedRecord<'_>,
-    ) -> Result<Option<u32>, PluginsError> {
+        records: &[&plugin_host::PackedRecord<'_>],
+    ) -> Result<Option<Vec<Option<u32>>>, PluginsError> {
         let runner = {
             let state = lock(&self.state);
             let Some(list) = state.attachments.get(topic) else { return Ok(None) };
@@ -736,12 +740,16 @@ impl Plugins {
         let (plugin, Some(runner)) = runner else {
             return Err(PluginsError::Unavailable(format!("partitioner of {topic:?} is not running")));
         };
-        let mut batch = PackedBatch::new(-1, record.timestamp_ms);
-        batch.push(0, record.timestamp_ms, record.key, record.value, record.headers.iter().copied());
-        let chosen = lock(&runner)
-            .partition(topic, partition_count, &mut batch)
-            .map_err(|error| plugin_failed(&plugin, error))?;
-        Ok(chosen.into_iter().next().flatten())
+        let base_timestamp_ms = records.first().map_or(0, |record| record.timestamp_ms);
+        let mut batch = PackedBatch::new(-1, base_timestamp_ms);
+        for (delta, record) in records.iter().enumerate() {
+            batch.push(delta as u32, record.timestamp_ms, record.key, record.value, record.headers.iter().copied());
+        }
+        let owned_topic = topic.to_owned();
+        let called = runner
+            .call(0, batch, move |instance, batch| instance.partition(&owned_topic, partition_count, batch))
+            .await;
+        outcome(called).map(Some).map_err(|error| plugin_failed(&plugin, error))
     }
 
     /// The uploaded bytes of a plugin by digest: for clients running a
@@ -774,7 +782,12 @@ impl Plugins {
 
     /// Runs the topic's produce interceptors over `batches` (a produce request's
     /// RecordBatches); rewrites them in place when a plugin replaced records.
-    pub fn intercept_produce(&self, topic: &str, partition: i32, batches: &mut Vec<u8>) -> Result<(), PluginsError> {
+    pub async fn intercept_produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        batches: &mut Vec<u8>,
+    ) -> Result<(), PluginsError> {
         let interceptors = self.interceptors(topic, HookKind::ProduceInterceptor);
         if interceptors.is_empty() {
             return Ok(());
@@ -790,10 +803,13 @@ impl Plugins {
             let mut packed = pack_view(&view, -1)?;
             let mut rewritten: Option<RecordBatch> = None;
             for (plugin, policy, runner) in &interceptors {
-                let outcome = match runner {
-                    Some(runner) => lock(runner).on_produce(topic, partition as u32, &mut packed),
-                    None => Err(PluginError::Unavailable("the attachment is not running".to_owned())),
-                };
+                let owned_topic = topic.to_owned();
+                let (outcome, input) = call(runner, partition, packed, move |instance, packed| {
+                    instance.on_produce(&owned_topic, partition as u32, packed)
+                })
+                .await
+                .map_err(|error| plugin_failed(plugin, error))?;
+                packed = input;
                 match outcome {
                     Ok(ProduceOutcome::Accept) => {}
                     Ok(ProduceOutcome::Reject(reasons)) => {
@@ -835,15 +851,25 @@ impl Plugins {
 
     /// Whether `topic` has consume interceptors (the fetch fast path).
     pub fn intercepts_fetches(&self, topic: &str) -> bool {
+        self.has_hook(topic, HookKind::ConsumeInterceptor)
+    }
+
+    /// Whether `topic` has produce interceptors (the produce fast path).
+    pub fn intercepts_produces(&self, topic: &str) -> bool {
+        self.has_hook(topic, HookKind::ProduceInterceptor)
+    }
+
+    fn has_hook(&self, topic: &str, hook: HookKind) -> bool {
         let state = lock(&self.state);
-        state.attachments.get(topic).is_some_and(|list| {
-            list.iter().any(|attachment| attachment.entry.hook == HookKind::ConsumeInterceptor.name())
-        })
+        state
+            .attachments
+            .get(topic)
+            .is_some_and(|list| list.iter().any(|attachment| attachment.entry.hook == hook.name()))
     }
 
     /// Runs the topic's consume interceptors over fetched batches; returns the
     /// bytes to hand out instead, if any changed.
-    pub fn intercept_fetch(
+    pub async fn intercept_fetch(
         &self,
         topic: &str,
         partition: i32,
@@ -870,10 +896,13 @@ impl Plugins {
                 if packed.is_empty() {
                     break;
                 }
-                let outcome = match runner {
-                    Some(runner) => lock(runner).on_consume(topic, partition as u32, group, &mut packed),
-                    None => Err(PluginError::Unavailable("the attachment is not running".to_owned())),
-                };
+                let (owned_topic, owned_group) = (topic.to_owned(), group.map(str::to_owned));
+                let (outcome, input) = call(runner, partition, packed, move |instance, packed| {
+                    instance.on_consume(&owned_topic, partition as u32, owned_group.as_deref(), packed)
+                })
+                .await
+                .map_err(|error| plugin_failed(plugin, error))?;
+                packed = input;
                 match outcome {
                     Ok(ConsumeOutcome::Accept) => {}
                     Ok(ConsumeOutcome::Rewrite(records)) => {
@@ -919,9 +948,28 @@ fn corrupt(error: abi::batch::BatchError) -> PluginsError {
     PluginsError::Corrupt(error)
 }
 
-fn start(stored: &Stored, config: &[(String, String)]) -> Result<Arc<Mutex<Plugin>>, PluginError> {
+fn start(stored: &Stored, config: &[(String, String)]) -> Result<Arc<PluginPool>, PluginError> {
     let plugin = Plugin::start(stored.compiled.clone(), config.to_vec(), stored.log.clone(), stored.metrics.clone())?;
-    Ok(Arc::new(Mutex::new(plugin)))
+    Ok(Arc::new(PluginPool::new(plugin, PoolLimits::default())))
+}
+
+/// One interceptor call on `runner`'s lane for `partition`: the outcome and
+/// the batch given back (`Err` only if the batch was lost with its thread).
+async fn call<T: Send + 'static>(
+    runner: &Option<Arc<PluginPool>>,
+    partition: i32,
+    packed: PackedBatch,
+    work: impl FnOnce(&mut Plugin, &mut PackedBatch) -> Result<T, PluginError> + Send + 'static,
+) -> Called<T, PackedBatch> {
+    match runner {
+        Some(pool) => pool.call(partition as u32, packed, work).await,
+        None => Ok((Err(PluginError::Unavailable("the attachment is not running".to_owned())), packed)),
+    }
+}
+
+/// The outcome of a call whose input the caller no longer needs.
+fn outcome<T, I>(called: Called<T, I>) -> Result<T, PluginError> {
+    called.and_then(|(outcome, _)| outcome)
 }
 
 fn summary(state: &State, name: &str) -> Option<PluginSummary> {

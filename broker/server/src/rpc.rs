@@ -412,7 +412,7 @@ impl broker::Server for BrokerService {
         let room = self.gate.connection.reserve_answer(answer_bytes_max(&self.node, max_bytes)).await;
         let mut buffers: Vec<Vec<u8>> = (0..partitions.len()).map(|_| take_fetch_buffer()).collect();
         let mut answers = self.node.fetch_many(&partitions, min_bytes, max_wait_ms, max_bytes, &mut buffers).await;
-        self.node.intercept_fetched(&partitions, group.as_deref(), &mut answers, &mut buffers);
+        self.node.intercept_fetched(&partitions, group.as_deref(), &mut answers, &mut buffers).await;
         room.built(answers.iter().flatten().map(|fetched| fetched.size_bytes).sum());
         let mut list = results.get().init_partitions(partitions.len() as u32);
         for (index, ((fetch, answer), buffer)) in partitions.iter().zip(&answers).zip(&buffers).enumerate() {

@@ -49,7 +49,7 @@
 //! can re-key records; records without a key (and no plugin's choice) go to the
 //! input partition's number modulo the output's partition count.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,7 +58,7 @@ use std::time::Duration;
 use abi::batch::{BatchBuilder, BatchView};
 use abi::ErrorCode;
 use broker_core::cluster::{TransformEntry, TransformImage};
-use plugin_host::Plugin;
+use plugin_host::{PackedBatch, Plugin, PluginError, TransformOutcome};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
@@ -66,6 +66,7 @@ use crate::environment::Environment;
 use crate::error::ApiError;
 use crate::node::{Acks, Fetched, OffsetQuery, PartitionFetch, ProduceRequest, Produced};
 use crate::partition::lock;
+use crate::plugin_pool::{PluginPool, PoolLimits};
 use crate::plugins::{pack_view, read_whole, write_atomically};
 
 /// Where single-node brokers kept their deployments, before the cluster metadata.
@@ -412,13 +413,14 @@ pub trait TransformHost: Send + Sync + 'static {
     /// (offset, timestamp ms) as `listOffsets` answers.
     fn list_offset(&self, topic: &str, partition: i32, query: OffsetQuery) -> Result<(i64, i64), ApiError>;
     fn partition_count(&self, topic: &str) -> Result<u32, ApiError>;
-    /// The partition `topic`'s partitioner plugin picks for `record`, if it has one.
-    fn plugin_partition(
+    /// The partitions `topic`'s partitioner plugin picks for `records` (one
+    /// call), if it has one.
+    fn plugin_partitions(
         &self,
         topic: &str,
         partition_count: u32,
-        record: &plugin_host::PackedRecord<'_>,
-    ) -> Result<Option<u32>, ApiError>;
+        records: &[&plugin_host::PackedRecord<'_>],
+    ) -> impl std::future::Future<Output = Result<Option<Vec<Option<u32>>>, ApiError>> + Send;
     /// Committed batches of `partitions` (see `Node::fetch_many`).
     fn fetch_many(
         &self,
@@ -632,7 +634,8 @@ impl Transforms {
             entry: entry.clone(),
             partition,
             producer_id: entry.producer_ids[partition as usize],
-            plugin,
+            plugin: PluginPool::new(plugin, PoolLimits { lanes_max: 1, ..PoolLimits::default() }),
+            chunk_records_max: usize::MAX,
             progress: progress.clone(),
             control: deployment.control.subscribe(),
             state: deployment.state.clone(),
@@ -710,7 +713,10 @@ struct PartitionTask<H> {
     entry: TransformEntry,
     partition: i32,
     producer_id: i64,
-    plugin: plugin_host::Plugin,
+    /// Its instance, on a thread of its own (one lane: one input partition).
+    plugin: PluginPool,
+    /// Most input records one plugin call is given (see `run_plugin`).
+    chunk_records_max: usize,
     progress: Arc<Progress>,
     control: watch::Receiver<Control>,
     state: Arc<Mutex<String>>,
@@ -975,6 +981,51 @@ impl<H: TransformHost> PartitionTask<H> {
         }
     }
 
+    /// Runs the plugin over `input`, in order. A call that runs out of its
+    /// budget is split in halves (down to single records) that run in turn;
+    /// the size that fit is where the next batches start
+    /// (`chunk_records_max`, which doubles again after a batch that needed no
+    /// split). A transform that needs longer than one call's budget for a
+    /// whole batch so moves on instead of failing the batch for ever.
+    async fn run_plugin(&mut self, input: PackedBatch) -> Result<Vec<TransformOutcome>, TransformsError> {
+        let plugin_name = self.entry.plugin.clone();
+        let failed = |error: PluginError| TransformsError::PluginFailed(format!("plugin {plugin_name:?}: {error}"));
+        let mut pending: VecDeque<PackedBatch> = split(input, self.chunk_records_max)?.into();
+        let mut outcomes = Vec::new();
+        let mut was_split = false;
+        while let Some(chunk) = pending.pop_front() {
+            let (topic, partition, outputs) =
+                (self.entry.input_topic.clone(), self.partition as u32, self.entry.output_topics.len());
+            let (outcome, chunk) = self
+                .plugin
+                .call(0, chunk, move |plugin, input| plugin.process(&topic, partition, input, outputs))
+                .await
+                .map_err(failed)?;
+            match outcome {
+                Ok(outcome) => outcomes.push(outcome),
+                Err(PluginError::Deadline { .. }) if chunk.len() > 1 => {
+                    let half = chunk.len().div_ceil(2);
+                    let message = format!(
+                        "host: partition {}: {} records ran out of the call's budget; running them {half} at a time",
+                        self.partition,
+                        chunk.len()
+                    );
+                    self.plugin.log().push("warn", message);
+                    self.chunk_records_max = half;
+                    was_split = true;
+                    for part in split(chunk, half)?.into_iter().rev() {
+                        pending.push_front(part);
+                    }
+                }
+                Err(error) => return Err(failed(error)),
+            }
+        }
+        if !was_split {
+            self.chunk_records_max = self.chunk_records_max.saturating_mul(2);
+        }
+        Ok(outcomes)
+    }
+
     /// Runs the plugin over one input batch, produces its outputs, checkpoints.
     async fn process_batch(
         &mut self,
@@ -1006,17 +1057,35 @@ impl<H: TransformHost> PartitionTask<H> {
             );
         }
         let count = input.len() as u64;
-        let outcome = self
-            .plugin
-            .process(&self.entry.input_topic, self.partition as u32, &mut input, self.entry.output_topics.len())
-            .map_err(|error| TransformsError::PluginFailed(format!("plugin {:?}: {error}", self.entry.plugin)))?;
-        let outputs = outcome.records.records().map_err(|error| TransformsError::PluginFailed(error.to_string()))?;
+        let outcomes = self.run_plugin(input).await?;
+        let mut outputs = Vec::new();
+        let mut topic_indexes: Vec<u8> = Vec::new();
+        for outcome in &outcomes {
+            outputs
+                .extend(outcome.records.records().map_err(|error| TransformsError::PluginFailed(error.to_string()))?);
+            topic_indexes.extend_from_slice(&outcome.topic_index);
+        }
+        // Each output topic's partitioner plugin, if it has one, places that
+        // topic's records in one call.
+        let mut chosen: Vec<Option<u32>> = vec![None; outputs.len()];
+        for (topic_index, topic) in self.entry.output_topics.iter().enumerate() {
+            let at: Vec<usize> =
+                (0..outputs.len()).filter(|&at| usize::from(topic_indexes[at]) == topic_index).collect();
+            if at.is_empty() {
+                continue;
+            }
+            let records: Vec<_> = at.iter().map(|&at| &outputs[at]).collect();
+            let partitions = self.node.partition_count(topic)?;
+            if let Some(placed) = self.node.plugin_partitions(topic, partitions, &records).await? {
+                at.iter().zip(placed).for_each(|(&at, partition)| chosen[at] = partition);
+            }
+        }
         // One batch per output partition, in output order.
         let mut batches: BTreeMap<(usize, i32), BatchBuilder> = BTreeMap::new();
-        for (record, topic_index) in outputs.iter().zip(&outcome.topic_index) {
+        for ((record, topic_index), choice) in outputs.iter().zip(&topic_indexes).zip(chosen) {
             let topic = &self.entry.output_topics[usize::from(*topic_index)];
             let partitions = self.node.partition_count(topic)?;
-            let partition = match (self.node.plugin_partition(topic, partitions, record)?, record.key) {
+            let partition = match (choice, record.key) {
                 (Some(partition), _) => partition as i32,
                 (None, Some(key)) => abi::partitioner::partition_for_key(key, partitions) as i32,
                 (None, None) => self.partition % partitions as i32,
@@ -1064,4 +1133,30 @@ impl<H: TransformHost> PartitionTask<H> {
             *state = "running".to_owned();
         }
     }
+}
+
+/// `batch` in parts of at most `records_max` records, in order, each on the
+/// batch's own base offset and timestamp (so every delta still fits).
+fn split(batch: PackedBatch, records_max: usize) -> Result<Vec<PackedBatch>, TransformsError> {
+    if batch.len() <= records_max {
+        return Ok(vec![batch]);
+    }
+    let records = batch.records().map_err(|error| TransformsError::Corrupt(error.to_string()))?;
+    let parts = records
+        .chunks(records_max.max(1))
+        .map(|part| {
+            let mut packed = PackedBatch::new(batch.base_offset, batch.base_timestamp_ms);
+            for record in part {
+                packed.push(
+                    record.offset_delta,
+                    record.timestamp_ms,
+                    record.key,
+                    record.value,
+                    record.headers.iter().copied(),
+                );
+            }
+            packed
+        })
+        .collect();
+    Ok(parts)
 }

@@ -36,8 +36,11 @@ impl Node {
             let batch = abi::batch::RecordBatch::decode(view.as_bytes()).map_err(corrupt)?;
             let packed = crate::plugins::pack_view(&view, -1)?;
             let records = packed.records().map_err(|error| ApiError::new(ErrorCode::CorruptMessage, error))?;
-            for (record, decoded) in records.iter().zip(&batch.records) {
-                let partition = match (self.plugins.partition(&request.topic, count, record)?, record.key) {
+            let all: Vec<_> = records.iter().collect();
+            let chosen = self.plugins.partitions(&request.topic, count, &all).await?;
+            for (index, (record, decoded)) in records.iter().zip(&batch.records).enumerate() {
+                let choice = chosen.as_ref().and_then(|chosen| chosen[index]);
+                let partition = match (choice, record.key) {
                     (Some(partition), _) => partition as i32,
                     (None, Some(key)) => abi::partitioner::partition_for_key(key, count) as i32,
                     (None, None) => keyless,
@@ -89,13 +92,23 @@ impl Node {
             return Err(ApiError::new(ErrorCode::InvalidTopic, message));
         }
         let (topic, index) = self.slot(&request.topic, request.partition)?;
-        let (partition, producers, leader_epoch) = topic.slots[index].led()?;
+        let slot = &topic.slots[index];
+        let (partition, _, _) = slot.led()?;
         let producer = check_batches(&request.batches)?;
         if request.acks == Acks::All {
             // Refused before anything is appended (Kafka's NOT_ENOUGH_REPLICAS).
             partition.check_min_insync()?;
         }
-        self.plugins.intercept_produce(&request.topic, request.partition, &mut request.batches)?;
+        let in_order = match slot.produce_order() {
+            Some(order) if self.plugins.intercepts_produces(&request.topic) => {
+                let in_order = order.clone().lock_owned().await;
+                self.plugins.intercept_produce(&request.topic, request.partition, &mut request.batches).await?;
+                Some(in_order)
+            }
+            _ => None,
+        };
+        // Read again: leadership may have moved while the interceptors ran.
+        let (partition, producers, leader_epoch) = slot.led()?;
         let (base_offset, last_offset) = match producer {
             None => {
                 let info = partition.append(&mut request.batches, leader_epoch)?;
@@ -113,6 +126,7 @@ impl Node {
                 }
             }
         };
+        drop(in_order);
         let timeout_ms = match request.timeout_ms {
             0 => PRODUCE_TIMEOUT_MS_DEFAULT,
             timeout_ms => timeout_ms,
@@ -185,7 +199,7 @@ impl Node {
             )
             .await;
         let mut answers = answers;
-        self.intercept_fetched(std::slice::from_ref(&partition), None, &mut answers, &mut buffers);
+        self.intercept_fetched(std::slice::from_ref(&partition), None, &mut answers, &mut buffers).await;
         *buffer = buffers.pop().unwrap_or_default();
         answers.into_iter().next().expect("fetch_many answers every partition it is given")
     }

@@ -120,7 +120,14 @@ enum Slot {
     /// A replica here, with its log.
     /// Whether this broker leads it, and in which leader epoch, is the
     /// partition's role (`Partition::take_role`, from the cluster metadata).
-    Online { partition: Partition, producers: Arc<Mutex<ProducerStates>> },
+    Online {
+        partition: Partition,
+        producers: Arc<Mutex<ProducerStates>>,
+        /// Held by a produce from before its produce interceptors run until it
+        /// is appended: requests for the partition append in the order they
+        /// arrived although their plugin calls run off this thread.
+        produce_order: Arc<tokio::sync::Mutex<()>>,
+    },
     /// A replica here whose log could not be opened (recovery found corruption,
     /// or its directory belongs to no topic).
     Offline { reason: String },
@@ -562,11 +569,19 @@ impl Slot {
         }
     }
 
+    /// See `Slot::Online::produce_order`.
+    fn produce_order(&self) -> Option<&Arc<tokio::sync::Mutex<()>>> {
+        match self {
+            Slot::Online { produce_order, .. } => Some(produce_order),
+            Slot::Offline { .. } | Slot::Remote => None,
+        }
+    }
+
     /// The partition and its producer table, when this broker leads it, with the
     /// leader epoch to stamp; else why not.
     fn led(&self) -> Result<(&Partition, &Mutex<ProducerStates>, i32), ApiError> {
         match self {
-            Slot::Online { partition, producers } => match partition.leader_epoch() {
+            Slot::Online { partition, producers, .. } => match partition.leader_epoch() {
                 Some(leader_epoch) => Ok((partition, producers, leader_epoch)),
                 None => Err(not_leader(partition.name())),
             },

@@ -502,7 +502,7 @@ impl Node {
 
     /// Runs consume interceptors over fetched answers (`buffers[i]` holds
     /// partition `i`'s bytes); a failure becomes that partition's answer.
-    pub fn intercept_fetched(
+    pub async fn intercept_fetched(
         &self,
         partitions: &[PartitionFetch],
         group: Option<&str>,
@@ -514,7 +514,11 @@ impl Node {
             if fetched.size_bytes == 0 || !self.plugins.intercepts_fetches(&fetch.topic) {
                 continue;
             }
-            match self.plugins.intercept_fetch(&fetch.topic, fetch.partition, group, &buffer[..fetched.size_bytes]) {
+            match self
+                .plugins
+                .intercept_fetch(&fetch.topic, fetch.partition, group, &buffer[..fetched.size_bytes])
+                .await
+            {
                 Ok(Some(rewritten)) => {
                     fetched.size_bytes = rewritten.len();
                     buffer.clear();
@@ -592,13 +596,13 @@ impl TransformHost for Node {
         Node::partition_count(self, topic)
     }
 
-    fn plugin_partition(
+    async fn plugin_partitions(
         &self,
         topic: &str,
         partition_count: u32,
-        record: &plugin_host::PackedRecord<'_>,
-    ) -> Result<Option<u32>, ApiError> {
-        Ok(self.plugins.partition(topic, partition_count, record)?)
+        records: &[&plugin_host::PackedRecord<'_>],
+    ) -> Result<Option<Vec<Option<u32>>>, ApiError> {
+        Ok(self.plugins.partitions(topic, partition_count, records).await?)
     }
 
     async fn fetch_many(

@@ -418,7 +418,9 @@ impl Node {
             }),
         };
         match opened.and_then(|partition| Ok((rebuild_producer_states(&partition)?, partition))) {
-            Ok((producers, partition)) => Slot::Online { partition, producers: Arc::new(Mutex::new(producers)) },
+            Ok((producers, partition)) => {
+                Slot::Online { partition, producers: Arc::new(Mutex::new(producers)), produce_order: Arc::default() }
+            }
             Err(error) => {
                 tracing::error!(partition = %name, %error, "partition offline");
                 Slot::Offline { reason: format!("partition {name} is offline: {error}") }

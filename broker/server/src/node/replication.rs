@@ -275,7 +275,7 @@ impl Node {
     ) -> Option<T> {
         let (local, index) = self.slot(topic, partition as i32).ok()?;
         match &local.slots[index] {
-            Slot::Online { partition, producers } if partition.following_epoch().is_some() => {
+            Slot::Online { partition, producers, .. } if partition.following_epoch().is_some() => {
                 Some(f(partition, producers))
             }
             _ => None,
