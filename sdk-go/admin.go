@@ -20,7 +20,10 @@ type Admin struct {
 }
 
 func newAdmin(c *Client) (*Admin, error) {
-	settings := c.settings(nil, nil)
+	settings, err := c.settings(nil, nil, nil)
+	if err != nil {
+		return nil, err
+	}
 	ptr, n := cBytes(settings)
 	var handle *C.WeirAdmin
 	if err := takeError(C.weir_admin_new(ptr, n, &handle)); err != nil {

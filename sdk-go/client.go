@@ -28,6 +28,8 @@ import "C"
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +61,8 @@ type Client struct {
 
 	mu     sync.Mutex
 	closed bool
-	owned  []interface{ Close() error }
+	// Producers and consumers made and not closed yet, in creation order.
+	owned []interface{ Close() error }
 }
 
 // NewClient checks config and starts the client's completion queue;
@@ -118,8 +121,22 @@ func (c *Client) own(closer interface{ Close() error }) error {
 	return nil
 }
 
-// settings is the core's settings map for this client plus extra, as JSON.
-func (c *Client) settings(extra map[string]string, own map[string]string) []byte {
+// disown forgets a producer or consumer closed on its own.
+func (c *Client) disown(closer interface{ Close() error }) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, owned := range c.owned {
+		if owned == closer {
+			c.owned = slices.Delete(c.owned, i, i+1)
+			return
+		}
+	}
+}
+
+// settings is the core's settings map for this client plus own (from typed
+// fields) and extra (the user's Settings), as JSON. required are settings the
+// SDK depends on: a user setting that contradicts one is an error.
+func (c *Client) settings(extra, own, required map[string]string) ([]byte, error) {
 	m := map[string]string{"bootstrap.servers": strings.Join(c.config.Brokers, ",")}
 	if c.config.ClientID != "" {
 		m["client.id"] = c.config.ClientID
@@ -135,8 +152,14 @@ func (c *Client) settings(extra map[string]string, own map[string]string) []byte
 			m[k] = v
 		}
 	}
+	for k, v := range required {
+		if set, ok := m[k]; ok && !strings.EqualFold(strings.TrimSpace(set), v) {
+			return nil, &Error{Code: CodeInvalidConfig, Message: fmt.Sprintf("setting %s=%s: the Go SDK needs %s=%s (see the package docs)", k, set, k, v)}
+		}
+		m[k] = v
+	}
 	out, _ := json.Marshal(m) // a map of strings always marshals
-	return out
+	return out, nil
 }
 
 func millis(d time.Duration) string {

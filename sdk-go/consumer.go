@@ -11,6 +11,7 @@ import (
 	"errors"
 	"iter"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -47,10 +48,16 @@ type ConsumerConfig struct {
 	Settings map[string]string
 }
 
-func (cfg ConsumerConfig) settings() map[string]string {
+// requiredConsumerSettings are what the SDK's consumer depends on; Settings
+// that contradict them are refused.
+var requiredConsumerSettings = map[string]string{
 	// What commits take is what Poll has handed out, never records still
 	// buffered here: offsets are stored as records leave.
-	m := map[string]string{"enable.auto.offset.store": "false"}
+	"enable.auto.offset.store": "false",
+}
+
+func (cfg ConsumerConfig) settings() map[string]string {
+	m := map[string]string{}
 	if cfg.GroupID != "" {
 		m["group.id"] = cfg.GroupID
 	}
@@ -83,6 +90,12 @@ const pollWait = time.Second
 // assigned partitions (Assign). Poll, PollBatch and Records may be called
 // from one goroutine at a time (others wait their turn); the other methods
 // from any goroutine.
+//
+// Records fetched from the core wait in the consumer until Poll hands them
+// out. Buffered records of a partition are a run ending just before the
+// core's position for it; when the assignment changes (Assign, Subscribe, a
+// rebalance), records that are no longer that run — their partition left,
+// or came back starting elsewhere — are dropped, never handed out.
 type Consumer struct {
 	client  *Client
 	config  ConsumerConfig
@@ -92,6 +105,12 @@ type Consumer struct {
 	handle   *C.WeirConsumer
 
 	turn chan struct{} // held by the goroutine polling
+
+	// coreMu serialises what this side does to the core's positions and
+	// pause flags outside a fetch: seeks, a fetch's re-seeks and rewinds,
+	// pause and resume, and the checks of buffered records against the
+	// core's positions. Taken before mu; never held while user code runs.
+	coreMu sync.Mutex
 
 	mu       sync.Mutex // guards the fields below
 	buffered []*Record
@@ -105,7 +124,14 @@ type Consumer struct {
 	seekGen     map[TopicPartition]uint64
 	lastSeek    map[TopicPartition]seekTarget
 	inflightGen map[TopicPartition]uint64
+	// assignEpoch counts assignment changes (Assign, Subscribe, rebalance
+	// events). A fetch that saw it change checks its records against the
+	// core's positions: they may come from before the change.
+	assignEpoch   uint64
+	inflightEpoch uint64
 	// paused partitions: their buffered records wait here, not handed out.
+	// A partition leaving the assignment forgets its pause (as in Kafka); a
+	// partition paused before it is assigned is paused in the core when it is.
 	paused map[TopicPartition]bool
 
 	closing   atomic.Bool
@@ -119,8 +145,13 @@ type seekTarget struct {
 }
 
 // NewConsumer makes a consumer; Subscribe or Assign says what it reads.
+// Settings may not turn on enable.auto.offset.store (the consumer stores
+// offsets as Poll hands records out).
 func (c *Client) NewConsumer(config ConsumerConfig) (*Consumer, error) {
-	settings := c.settings(config.Settings, config.settings())
+	settings, err := c.settings(config.Settings, config.settings(), requiredConsumerSettings)
+	if err != nil {
+		return nil, err
+	}
 	ptr, n := cBytes(settings)
 	var handle *C.WeirConsumer
 	if err := takeError(C.weir_consumer_new(ptr, n, &handle)); err != nil {
@@ -147,7 +178,22 @@ func (c *Client) NewConsumer(config ConsumerConfig) (*Consumer, error) {
 	return cons, nil
 }
 
+// with runs use on the live handle; ErrClosed once Close has begun, and for
+// a call that failed because Close raced it (the core refuses a closed
+// consumer's calls in its own terms).
 func (cons *Consumer) with(use func(*C.WeirConsumer) error) error {
+	if cons.closing.Load() {
+		return ErrClosed
+	}
+	err := cons.withHandle(use)
+	if err != nil && cons.closing.Load() && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return ErrClosed
+	}
+	return err
+}
+
+// withHandle runs use on the handle until it is freed (Close's own calls).
+func (cons *Consumer) withHandle(use func(*C.WeirConsumer) error) error {
 	cons.handleMu.RLock()
 	defer cons.handleMu.RUnlock()
 	if cons.handle == nil {
@@ -170,17 +216,17 @@ func (cons *Consumer) call(ctx context.Context, begin func(*C.WeirConsumer, *C.W
 }
 
 // Subscribe joins the group (ConsumerConfig.GroupID) as a member reading
-// topics; the group spreads their partitions over its members.
+// topics; the group spreads their partitions over its members. Partitions
+// read through Assign before are left (their buffered records dropped).
 func (cons *Consumer) Subscribe(ctx context.Context, topics ...string) error {
 	if topics == nil {
 		topics = []string{}
 	}
 	list, _ := json.Marshal(topics)
-	_, err := cons.call(ctx, func(handle *C.WeirConsumer, queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
+	return cons.subscribe(ctx, func(handle *C.WeirConsumer, queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
 		ptr, n := cBytes(list)
 		return C.weir_consumer_subscribe(handle, queue, token, ptr, n, nil, 0)
 	})
-	return err
 }
 
 // SubscribePattern joins the group as a member reading every topic whose
@@ -190,32 +236,67 @@ func (cons *Consumer) SubscribePattern(ctx context.Context, pattern string) erro
 	if pattern == "" {
 		return &Error{Code: CodeInvalidRequest, Message: "an empty topic pattern"}
 	}
-	_, err := cons.call(ctx, func(handle *C.WeirConsumer, queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
+	return cons.subscribe(ctx, func(handle *C.WeirConsumer, queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
 		ptr, n := cString(pattern)
 		return C.weir_consumer_subscribe(handle, queue, token, nil, 0, ptr, n)
 	})
-	return err
+}
+
+func (cons *Consumer) subscribe(ctx context.Context, begin func(*C.WeirConsumer, *C.WeirQueue, C.uint64_t) *C.WeirError) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Counted before the core changes anything: a fetch running across the
+	// change checks its records.
+	cons.bumpEpoch()
+	if _, err := cons.call(ctx, begin); err != nil {
+		return err
+	}
+	// The core left every assigned partition: their records and pauses go.
+	assigned := map[TopicPartition]bool{}
+	for _, tp := range cons.Assignment() {
+		assigned[tp] = true
+	}
+	cons.mu.Lock()
+	for tp := range cons.paused {
+		if !assigned[tp] {
+			delete(cons.paused, tp)
+		}
+	}
+	cons.mu.Unlock()
+	cons.coreMu.Lock()
+	defer cons.coreMu.Unlock()
+	cons.revalidate(nil)
+	return nil
 }
 
 // Assign reads exactly these partitions, outside any group, from the offset
 // AutoOffsetReset says (then Seek to start elsewhere: Assign does not read
 // committed offsets, and nothing commits in the background in this mode;
-// CommitOffsets and Committed work with a GroupID). Buffered records of
-// partitions not in the new assignment are dropped.
+// CommitOffsets and Committed work with a GroupID). Partitions assigned
+// before and kept keep their position, buffered records and pause; others
+// leave, with their buffered records and pause.
 func (cons *Consumer) Assign(ctx context.Context, partitions ...TopicPartition) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	keep := map[TopicPartition]bool{}
 	for _, tp := range partitions {
 		keep[tp] = true
 	}
-	var gone []TopicPartition
-	cons.mu.Lock()
-	for _, r := range cons.buffered {
-		if tp := (TopicPartition{r.Topic, r.Partition}); !keep[tp] {
-			gone = append(gone, tp)
+	leaving := func() []TopicPartition {
+		var gone []TopicPartition
+		cons.mu.Lock()
+		defer cons.mu.Unlock()
+		for _, r := range cons.buffered {
+			if tp := (TopicPartition{r.Topic, r.Partition}); !keep[tp] {
+				gone = append(gone, tp)
+			}
 		}
+		return gone
 	}
-	cons.mu.Unlock()
-	cons.dropPartitions(gone)
+	cons.bumpEpoch()
+	cons.dropPartitions(leaving())
 	list := make([][2]any, len(partitions))
 	for i, tp := range partitions {
 		list[i] = [2]any{tp.Topic, tp.Partition}
@@ -225,7 +306,34 @@ func (cons *Consumer) Assign(ctx context.Context, partitions ...TopicPartition) 
 		ptr, n := cBytes(body)
 		return C.weir_consumer_assign(handle, queue, token, ptr, n)
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	// Records a fetch buffered while the core changed, of partitions that
+	// left, go too.
+	cons.dropPartitions(leaving())
+	cons.coreMu.Lock()
+	defer cons.coreMu.Unlock()
+	var repause []TopicPartition
+	cons.mu.Lock()
+	for tp := range cons.paused {
+		if keep[tp] {
+			repause = append(repause, tp)
+		} else {
+			delete(cons.paused, tp)
+		}
+	}
+	cons.mu.Unlock()
+	// Newly assigned partitions start unpaused in the core.
+	cons.pauseInCore(repause, true)
+	cons.revalidate(nil)
+	return nil
+}
+
+func (cons *Consumer) bumpEpoch() {
+	cons.mu.Lock()
+	cons.assignEpoch++
+	cons.mu.Unlock()
 }
 
 func (cons *Consumer) takeTurn(ctx context.Context) error {
@@ -258,6 +366,9 @@ func (cons *Consumer) PollBatch(ctx context.Context, max int) ([]*Record, error)
 	if max <= 0 {
 		max = cons.maxPoll
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if err := cons.takeTurn(ctx); err != nil {
 		return nil, err
 	}
@@ -269,12 +380,18 @@ func (cons *Consumer) PollBatch(ctx context.Context, max int) ([]*Record, error)
 		if cons.closing.Load() {
 			return nil, ErrClosed
 		}
-		out, err := cons.handOut(max)
+		// Revocations first: no buffered record of a partition that left is
+		// handed out.
+		cons.rebalanced()
+		out, again, err := cons.handOut(max)
 		if err != nil {
 			return nil, err
 		}
 		if len(out) > 0 {
 			return out, nil
+		}
+		if again {
+			continue
 		}
 		if err := cons.fetch(ctx); err != nil {
 			return nil, err
@@ -306,10 +423,12 @@ func (cons *Consumer) Records(ctx context.Context) iter.Seq2[*Record, error] {
 
 // handOut takes up to max buffered records of partitions not paused and
 // stores their offsets in the core as what commits take (before the records
-// reach the caller, so a commit on revoke covers them).
-func (cons *Consumer) handOut(max int) ([]*Record, error) {
+// reach the caller, so a commit on revoke covers them). Records of
+// partitions the core refuses to store for (revoked since the last look at
+// rebalance events, or not assigned) are dropped instead; again is true
+// when that left nothing to hand out but more may be buffered.
+func (cons *Consumer) handOut(max int) (out []*Record, again bool, err error) {
 	cons.mu.Lock()
-	var out []*Record
 	kept := cons.buffered[:0]
 	for _, r := range cons.buffered {
 		if len(out) < max && !cons.paused[TopicPartition{r.Topic, r.Partition}] {
@@ -322,7 +441,7 @@ func (cons *Consumer) handOut(max int) ([]*Record, error) {
 	cons.buffered = kept
 	cons.mu.Unlock()
 	if len(out) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	next := map[TopicPartition]int64{}
 	for _, r := range out {
@@ -333,14 +452,38 @@ func (cons *Consumer) handOut(max int) ([]*Record, error) {
 		entries = append(entries, [3]any{tp.Topic, tp.Partition, offset})
 	}
 	body, _ := json.Marshal(entries)
-	err := cons.with(func(handle *C.WeirConsumer) error {
+	var rejected []TopicPartition
+	err = cons.with(func(handle *C.WeirConsumer) error {
 		ptr, n := cBytes(body)
-		return takeError(C.weir_consumer_store_offsets(handle, ptr, n))
+		var refused *C.char
+		if err := takeError(C.weir_consumer_store_offsets(handle, ptr, n, &refused)); err != nil {
+			return err
+		}
+		if refused != nil {
+			if err := json.Unmarshal([]byte(takeString(refused)), &rejected); err != nil {
+				return errMalformed
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return out, nil
+	if len(rejected) == 0 {
+		return out, false, nil
+	}
+	gone := make(map[TopicPartition]bool, len(rejected))
+	for _, tp := range rejected {
+		gone[tp] = true
+	}
+	handed := out[:0]
+	for _, r := range out {
+		if !gone[TopicPartition{r.Topic, r.Partition}] {
+			handed = append(handed, r)
+		}
+	}
+	cons.dropPartitions(rejected)
+	return handed, len(handed) == 0, nil
 }
 
 // fetch runs one fetch from the core (or waits for the one in flight) and
@@ -353,6 +496,7 @@ func (cons *Consumer) fetch(ctx context.Context) error {
 		outcome := make(chan completion, 1)
 		cons.mu.Lock()
 		cons.inflightGen = maps.Clone(cons.seekGen)
+		cons.inflightEpoch = cons.assignEpoch
 		cons.inflight = outcome
 		cons.mu.Unlock()
 		err := cons.with(func(handle *C.WeirConsumer) error {
@@ -392,10 +536,11 @@ func (cons *Consumer) fetched(done completion) error {
 		records, err = decodeRecords(done.data)
 	}
 	// Assignment changes first: they drop what is buffered for partitions
-	// that left. Records of this fetch came after the changes (a partition
-	// revoked and given back is fetched again from its committed offset),
-	// so they are kept.
+	// that left (records of this fetch may be of a partition that came back:
+	// they are checked below).
 	cons.rebalanced()
+	cons.coreMu.Lock()
+	defer cons.coreMu.Unlock()
 	cons.mu.Lock()
 	cons.inflight = nil
 	// Seeks made while the fetch ran win over it: their partitions' records
@@ -410,16 +555,86 @@ func (cons *Consumer) fetched(done completion) error {
 		}
 	}
 	cons.inflightGen = nil
+	changed := cons.assignEpoch != cons.inflightEpoch
+	fetchedFrom := map[TopicPartition]bool{}
+	var kept []*Record
+	pausedHere := false
 	for _, r := range records {
-		if _, sought := again[TopicPartition{r.Topic, r.Partition}]; !sought {
-			cons.buffered = append(cons.buffered, r)
+		tp := TopicPartition{r.Topic, r.Partition}
+		if _, sought := again[tp]; !sought {
+			kept = append(kept, r)
+			fetchedFrom[tp] = true
+			pausedHere = pausedHere || cons.paused[tp]
+		}
+	}
+	cons.buffered = append(cons.buffered, kept...)
+	cons.mu.Unlock()
+	for tp, target := range again {
+		// coreMu is held: no newer seek can come in between.
+		_ = cons.seek(tp, target) // a partition no longer owned needs none
+	}
+	if changed && len(fetchedFrom) > 0 {
+		cons.revalidate(fetchedFrom)
+	}
+	if pausedHere {
+		fromThisFetch := make(map[*Record]bool, len(kept))
+		for _, r := range kept {
+			fromThisFetch[r] = true
+		}
+		cons.rewindPaused(fromThisFetch)
+	}
+	return err
+}
+
+// rewindPaused gives back to the core this fetch's records of partitions
+// paused here (the core fetched them before it heard of the pause, or the
+// partition was paused before it was assigned): they are dropped, the core
+// is sought back to the first of them and the partition paused there, so
+// paused partitions never grow the buffer. Called with coreMu held.
+func (cons *Consumer) rewindPaused(fromThisFetch map[*Record]bool) {
+	first := map[TopicPartition]int64{}
+	cons.mu.Lock()
+	kept := cons.buffered[:0]
+	for _, r := range cons.buffered {
+		tp := TopicPartition{r.Topic, r.Partition}
+		if fromThisFetch[r] && cons.paused[tp] {
+			if offset, ok := first[tp]; !ok || r.Offset < offset {
+				first[tp] = r.Offset
+			}
+			continue
+		}
+		kept = append(kept, r)
+	}
+	clear(cons.buffered[len(kept):])
+	cons.buffered = kept
+	cons.mu.Unlock()
+	for tp, offset := range first {
+		_ = cons.seek(tp, seekTarget{C.WEIR_SEEK_OFFSET, offset})
+	}
+	cons.pauseInCore(slices.Collect(maps.Keys(first)), true)
+}
+
+// revalidate drops the buffered records of partitions (nil: all) that are
+// no longer the run just before the core's position: their partition is not
+// assigned, or was assigned again and starts elsewhere. Called with coreMu
+// held, so no seek or fetch moves a position meanwhile.
+func (cons *Consumer) revalidate(partitions map[TopicPartition]bool) {
+	last := map[TopicPartition]int64{}
+	cons.mu.Lock()
+	for _, r := range cons.buffered {
+		tp := TopicPartition{r.Topic, r.Partition}
+		if partitions == nil || partitions[tp] {
+			last[tp] = max(last[tp], r.Offset)
 		}
 	}
 	cons.mu.Unlock()
-	for tp, target := range again {
-		_ = cons.seek(tp, target) // a partition no longer owned needs none
+	var stale []TopicPartition
+	for tp, offset := range last {
+		if position, ok := cons.Position(tp); !ok || position != offset+1 {
+			stale = append(stale, tp)
+		}
 	}
-	return err
+	cons.dropPartitions(stale)
 }
 
 type rebalanceEvent struct {
@@ -428,21 +643,49 @@ type rebalanceEvent struct {
 }
 
 // rebalanced handles the assignment changes the core noted: buffered records
-// of partitions that left are dropped, then the callbacks run.
+// and pauses of partitions that left are dropped, partitions paused here
+// and assigned again are paused in the core, then the callbacks run.
 func (cons *Consumer) rebalanced() {
-	var events []rebalanceEvent
+	var text string
 	_ = cons.with(func(handle *C.WeirConsumer) error {
-		return json.Unmarshal([]byte(takeString(C.weir_consumer_rebalance_events(handle))), &events)
+		text = takeString(C.weir_consumer_rebalance_events(handle))
+		return nil
 	})
+	if text == "" || text == "[]" {
+		return
+	}
+	var events []rebalanceEvent
+	if json.Unmarshal([]byte(text), &events) != nil {
+		return
+	}
 	for _, event := range events {
 		partitions := event.Partitions
 		var callback func([]TopicPartition)
+		cons.mu.Lock()
+		cons.assignEpoch++
+		var repause []TopicPartition
 		switch event.Kind {
 		case "assigned":
 			callback = cons.config.OnAssigned
+			for _, tp := range partitions {
+				if cons.paused[tp] {
+					repause = append(repause, tp)
+				}
+			}
 		case "revoked":
-			cons.dropPartitions(partitions)
 			callback = cons.config.OnRevoked
+			for _, tp := range partitions {
+				delete(cons.paused, tp)
+			}
+		}
+		cons.mu.Unlock()
+		if event.Kind == "revoked" {
+			cons.dropPartitions(partitions)
+		}
+		if len(repause) > 0 {
+			cons.coreMu.Lock()
+			cons.pauseInCore(repause, true)
+			cons.coreMu.Unlock()
 		}
 		if callback != nil {
 			callback(partitions)
@@ -451,6 +694,9 @@ func (cons *Consumer) rebalanced() {
 }
 
 func (cons *Consumer) dropPartitions(partitions []TopicPartition) {
+	if len(partitions) == 0 {
+		return
+	}
 	gone := make(map[TopicPartition]bool, len(partitions))
 	cons.mu.Lock()
 	defer cons.mu.Unlock()
@@ -532,6 +778,12 @@ func (cons *Consumer) SeekToEnd(tp TopicPartition) error {
 }
 
 func (cons *Consumer) seekFrom(tp TopicPartition, target seekTarget) error {
+	if cons.closing.Load() {
+		return ErrClosed
+	}
+	// One seek at a time, and none while a fetch re-makes earlier ones.
+	cons.coreMu.Lock()
+	defer cons.coreMu.Unlock()
 	// Counted before the core moves: a fetch that started earlier sees the
 	// count changed when it ends, whatever the interleaving.
 	cons.mu.Lock()
@@ -554,6 +806,8 @@ func (cons *Consumer) seek(tp TopicPartition, target seekTarget) error {
 
 // Pause stops fetching these partitions until Resume: no Poll returns a
 // record of them meanwhile (records already fetched wait in the consumer).
+// A partition that leaves the assignment forgets its pause; one paused
+// before it is assigned starts paused.
 func (cons *Consumer) Pause(partitions ...TopicPartition) error {
 	return cons.pause(partitions, true)
 }
@@ -564,6 +818,11 @@ func (cons *Consumer) Resume(partitions ...TopicPartition) error {
 }
 
 func (cons *Consumer) pause(partitions []TopicPartition, paused bool) error {
+	if cons.closing.Load() {
+		return ErrClosed
+	}
+	cons.coreMu.Lock()
+	defer cons.coreMu.Unlock()
 	cons.mu.Lock()
 	for _, tp := range partitions {
 		if paused {
@@ -573,6 +832,15 @@ func (cons *Consumer) pause(partitions []TopicPartition, paused bool) error {
 		}
 	}
 	cons.mu.Unlock()
+	return cons.pauseInCore(partitions, paused)
+}
+
+// pauseInCore sets the core's pause flag of partitions (a partition not
+// assigned there has none). Called with coreMu held.
+func (cons *Consumer) pauseInCore(partitions []TopicPartition, paused bool) error {
+	if len(partitions) == 0 {
+		return nil
+	}
 	return cons.with(func(handle *C.WeirConsumer) error {
 		for _, tp := range partitions {
 			ptr, n := cString(tp.Topic)
@@ -613,13 +881,20 @@ func (cons *Consumer) Position(tp TopicPartition) (offset int64, ok bool) {
 func (cons *Consumer) Close() error {
 	cons.closeOnce.Do(func() {
 		cons.closing.Store(true)
-		_ = cons.with(func(handle *C.WeirConsumer) error {
+		_ = cons.withHandle(func(handle *C.WeirConsumer) error {
 			C.weir_consumer_wakeup(handle)
 			return nil
 		})
-		_, err := cons.call(context.Background(), func(handle *C.WeirConsumer, queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
-			return C.weir_consumer_close(handle, queue, token)
+		var err error
+		werr := cons.withHandle(func(handle *C.WeirConsumer) error {
+			_, err = cons.client.engine.call(context.Background(), func(queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
+				return C.weir_consumer_close(handle, queue, token)
+			})
+			return nil
 		})
+		if err == nil {
+			err = werr
+		}
 		if err != nil && !errors.Is(err, ErrClosed) {
 			cons.closeErr = err
 		}
@@ -627,6 +902,10 @@ func (cons *Consumer) Close() error {
 		C.weir_consumer_free(cons.handle)
 		cons.handle = nil
 		cons.handleMu.Unlock()
+		cons.mu.Lock()
+		cons.buffered = nil
+		cons.mu.Unlock()
+		cons.client.disown(cons)
 	})
 	return cons.closeErr
 }

@@ -138,8 +138,12 @@ func (e *engine) start(deliver func(completion), begin func(queue *C.WeirQueue, 
 func (e *engine) forget(token uint64) { e.waiters.Delete(token) }
 
 // call starts begin and waits for its outcome or ctx. On ctx's end the call
-// is forgotten (it still runs to its end in Rust) and ctx's error returned.
+// is forgotten (it still runs to its end in Rust) and ctx's error returned; a
+// ctx already ended starts nothing.
 func (e *engine) call(ctx context.Context, begin func(queue *C.WeirQueue, token C.uint64_t) *C.WeirError) (completion, error) {
+	if err := ctx.Err(); err != nil {
+		return completion{}, err
+	}
 	outcome := make(chan completion, 1)
 	token, err := e.start(func(c completion) { outcome <- c }, begin)
 	if err != nil {
@@ -157,7 +161,9 @@ func (e *engine) call(ctx context.Context, begin func(queue *C.WeirQueue, token 
 }
 
 // close stops the poller, fails every pending call with ErrClosed and
-// frees the queue. Calls in flight in Rust push nowhere.
+// frees the queue. Calls still in flight in Rust finish there: the freed
+// queue drops their outcomes (and keeps its socket open until the last of
+// them is done, so no late wake-up can raise SIGPIPE on a Rust thread).
 func (e *engine) close() {
 	e.mu.Lock()
 	if e.closed {

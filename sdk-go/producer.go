@@ -113,7 +113,10 @@ type Producer struct {
 
 // NewProducer makes a producer; it connects as sends need it.
 func (c *Client) NewProducer(config ProducerConfig) (*Producer, error) {
-	settings := c.settings(config.Settings, config.settings())
+	settings, err := c.settings(config.Settings, config.settings(), nil)
+	if err != nil {
+		return nil, err
+	}
 	ptr, n := cBytes(settings)
 	var handle *C.WeirProducer
 	if err := takeError(C.weir_producer_new(ptr, n, &handle)); err != nil {
@@ -147,6 +150,9 @@ func (p *Producer) with(use func(*C.WeirProducer) error) error {
 func (p *Producer) ProduceSync(ctx context.Context, records ...Record) ([]RecordMetadata, error) {
 	if len(records) == 0 {
 		return nil, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // nothing sent
 	}
 	buf, err := encodeRecords(records, p.manual)
 	if err != nil {
@@ -189,6 +195,9 @@ func (p *Producer) ProduceSync(ctx context.Context, records ...Record) ([]Record
 // were queued. A promise may call Produce, but
 // not Flush, Close or Client.Close (they wait for the promises to run).
 func (p *Producer) Produce(ctx context.Context, record Record, promise func(RecordMetadata, error)) error {
+	if err := ctx.Err(); err != nil {
+		return err // nothing queued
+	}
 	buf, err := encodeRecords([]Record{record}, p.manual)
 	if err != nil {
 		return err
@@ -287,6 +296,9 @@ func (c completion) metadata() (RecordMetadata, error) {
 // Flush waits until everything sent before it is acknowledged (or failed),
 // and every promise of those sends has run.
 func (p *Producer) Flush(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	wait := p.outstanding.cut()
 	err := p.with(func(handle *C.WeirProducer) error {
 		_, err := p.client.engine.call(ctx, func(queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
@@ -325,6 +337,7 @@ func (p *Producer) Close() error {
 		C.weir_producer_free(p.handle)
 		p.handle = nil
 		p.mu.Unlock()
+		p.client.disown(p)
 	})
 	return p.closeErr
 }

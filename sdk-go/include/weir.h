@@ -149,7 +149,9 @@ WeirCompletions *weir_queue_drain(const WeirQueue *queue,
 // `completions` came from `weir_queue_drain` and is not used again.
 void weir_completions_free(WeirCompletions *completions);
 
-// Releases a queue. Calls still in flight push nowhere.
+// Releases a queue. Calls still in flight finish on their own; their
+// outcomes are dropped, and the queue's descriptor stays open (never
+// readable again) until the last of them is done.
 //
 // # Safety
 // `queue` came from `weir_queue_new` and is not used again.
@@ -282,13 +284,20 @@ WeirError *weir_consumer_commit(const WeirConsumer *consumer,
 // Stores the next offsets to read (a JSON array of `[topic, partition,
 // next_offset]`) as what commits take, with `enable.auto.offset.store=false`:
 // the binding stores a record's offset once it has handed the record over.
-// Partitions no longer assigned here are skipped.
+// A partition not assigned here, or revoked since the last
+// `weir_consumer_rebalance_events`, is not stored but named in `*rejected`
+// (a JSON array of `[topic, partition]`; null when every entry was stored;
+// free with `weir_string_free`): its records must not be handed out, its
+// new owner reads them from the commit made on revoke. `rejected` may be
+// null.
 //
 // # Safety
-// `consumer` is live; `offsets` points at `offsets_len` readable bytes.
+// `consumer` is live; `offsets` points at `offsets_len` readable bytes;
+// `rejected` is null or writable.
 WeirError *weir_consumer_store_offsets(const WeirConsumer *consumer,
                                        const uint8_t *offsets,
-                                       size_t offsets_len);
+                                       size_t offsets_len,
+                                       char **rejected);
 
 // The group's committed offset of a partition: an `Offset` completion.
 //

@@ -306,25 +306,7 @@ pub unsafe extern "C" fn weir_queue_drain(
         if done.is_empty() {
             return None;
         }
-        let mut buffers = Vec::with_capacity(done.len());
-        let mut kinds = Vec::with_capacity(done.len());
-        for (token, completion) in done {
-            let (kind, code, buffer) = flatten(completion);
-            kinds.push((token, kind, code));
-            buffers.push(buffer);
-        }
-        let items = kinds
-            .into_iter()
-            .zip(&buffers)
-            .map(|((token, kind, code), buffer)| WeirCompletion {
-                token,
-                kind,
-                code,
-                data: buffer.as_ptr(),
-                len: buffer.len(),
-            })
-            .collect();
-        Some(Box::new(WeirCompletions { items, _buffers: buffers }))
+        Some(Box::new(completions(done, flatten)))
     });
     // SAFETY: both writable by the caller's contract.
     unsafe {
@@ -341,6 +323,37 @@ pub unsafe extern "C" fn weir_queue_drain(
             }
         }
     }
+}
+
+/// `done` flattened item by item: an item whose `flatten` panics becomes an
+/// `UnknownServerError` completion for its token (its caller still hears back),
+/// and the others are kept.
+fn completions(
+    done: Vec<(u64, Completion)>,
+    flatten: impl Fn(Completion) -> (WeirKind, u32, Vec<u8>),
+) -> WeirCompletions {
+    let mut buffers = Vec::with_capacity(done.len());
+    let mut kinds = Vec::with_capacity(done.len());
+    for (token, completion) in done {
+        let (kind, code, buffer) = catch_unwind(AssertUnwindSafe(|| flatten(completion))).unwrap_or_else(|payload| {
+            let error = panicked(payload.as_ref());
+            (WeirKind::Error, u32::from(error.code), error.message.into_bytes())
+        });
+        kinds.push((token, kind, code));
+        buffers.push(buffer);
+    }
+    let items = kinds
+        .into_iter()
+        .zip(&buffers)
+        .map(|((token, kind, code), buffer)| WeirCompletion {
+            token,
+            kind,
+            code,
+            data: buffer.as_ptr(),
+            len: buffer.len(),
+        })
+        .collect();
+    WeirCompletions { items, _buffers: buffers }
 }
 
 fn flatten(completion: Completion) -> (WeirKind, u32, Vec<u8>) {
@@ -369,7 +382,9 @@ pub unsafe extern "C" fn weir_completions_free(completions: *mut WeirCompletions
     }
 }
 
-/// Releases a queue. Calls still in flight push nowhere.
+/// Releases a queue. Calls still in flight finish on their own; their
+/// outcomes are dropped, and the queue's descriptor stays open (never
+/// readable again) until the last of them is done.
 ///
 /// # Safety
 /// `queue` came from `weir_queue_new` and is not used again.
@@ -712,26 +727,45 @@ pub unsafe extern "C" fn weir_consumer_commit(
 /// Stores the next offsets to read (a JSON array of `[topic, partition,
 /// next_offset]`) as what commits take, with `enable.auto.offset.store=false`:
 /// the binding stores a record's offset once it has handed the record over.
-/// Partitions no longer assigned here are skipped.
+/// A partition not assigned here, or revoked since the last
+/// `weir_consumer_rebalance_events`, is not stored but named in `*rejected`
+/// (a JSON array of `[topic, partition]`; null when every entry was stored;
+/// free with `weir_string_free`): its records must not be handed out, its
+/// new owner reads them from the commit made on revoke. `rejected` may be
+/// null.
 ///
 /// # Safety
-/// `consumer` is live; `offsets` points at `offsets_len` readable bytes.
+/// `consumer` is live; `offsets` points at `offsets_len` readable bytes;
+/// `rejected` is null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn weir_consumer_store_offsets(
     consumer: *const WeirConsumer,
     offsets: *const u8,
     offsets_len: usize,
+    rejected: *mut *mut c_char,
 ) -> *mut WeirError {
+    if !rejected.is_null() {
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { *rejected = std::ptr::null_mut() };
+    }
     guard(|| {
         // SAFETY: the caller's contract.
         let consumer = unsafe { handle(consumer, "consumer")? };
         // SAFETY: the caller's contract.
         let entries: Vec<(String, i32, i64)> = serde_json::from_slice(unsafe { bytes(offsets, offsets_len) })
             .map_err(|error| invalid(format!("offsets must be a JSON array of [topic, partition, offset]: {error}")))?;
+        let mut refused = Vec::new();
         for (topic, partition, offset) in entries {
-            // A partition revoked since its records were handed over is
-            // skipped: its new owner commits it now.
-            let _ = consumer.inner.store_offset(&topic, partition, offset);
+            let stored = consumer
+                .rebalances
+                .unless_revoked(&topic, partition, || consumer.inner.store_offset(&topic, partition, offset).is_ok());
+            if !stored {
+                refused.push((topic, partition));
+            }
+        }
+        if !refused.is_empty() && !rejected.is_null() {
+            // SAFETY: non-null and writable by the caller's contract.
+            unsafe { *rejected = json_string(serde_json::json!(refused)) };
         }
         Ok(())
     })
@@ -920,5 +954,55 @@ pub unsafe extern "C" fn weir_consumer_free(consumer: *mut WeirConsumer) {
     if !consumer.is_null() {
         // SAFETY: made by Box::into_raw in weir_consumer_new, freed once.
         quietly((), || drop(unsafe { Box::from_raw(consumer) }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use super::*;
+
+    #[test]
+    fn a_completion_that_cannot_be_flattened_fails_alone() {
+        let done =
+            vec![(1, Completion::Unit), (2, Completion::Json("boom".to_owned())), (3, Completion::Offset(Some(9)))];
+        let drained = completions(done, |completion| match completion {
+            Completion::Json(_) => panic!("cannot flatten"),
+            other => flatten(other),
+        });
+        let items: Vec<(u64, WeirKind)> = drained.items.iter().map(|item| (item.token, item.kind)).collect();
+        assert_eq!(items, vec![(1, WeirKind::Unit), (2, WeirKind::Error), (3, WeirKind::Offset)]);
+        let failed = &drained.items[1];
+        assert_eq!(failed.code, u32::from(ErrorCode::UnknownServerError.as_u16()));
+        // SAFETY: data/len describe a buffer drained owns.
+        let message = unsafe { std::slice::from_raw_parts(failed.data, failed.len) };
+        assert!(String::from_utf8_lossy(message).contains("cannot flatten"));
+        // SAFETY: as above.
+        let offset = unsafe { std::slice::from_raw_parts(drained.items[2].data, drained.items[2].len) };
+        assert_eq!(offset, 9i64.to_le_bytes());
+    }
+
+    #[test]
+    fn storing_offsets_of_a_partition_not_assigned_names_it() {
+        let settings = br#"{"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "enable.auto.offset.store": "false"}"#;
+        let mut consumer = std::ptr::null_mut();
+        // SAFETY: valid buffers and out pointers.
+        let error = unsafe { weir_consumer_new(settings.as_ptr(), settings.len(), &mut consumer) };
+        assert!(error.is_null());
+        let offsets = br#"[["t", 0, 5], ["t", 1, 7]]"#;
+        let mut rejected = std::ptr::null_mut();
+        // SAFETY: a live consumer, valid buffers and out pointer.
+        let error = unsafe { weir_consumer_store_offsets(consumer, offsets.as_ptr(), offsets.len(), &mut rejected) };
+        assert!(error.is_null());
+        assert!(!rejected.is_null());
+        // SAFETY: a NUL-terminated string from this library.
+        let named: serde_json::Value = serde_json::from_slice(unsafe { CStr::from_ptr(rejected) }.to_bytes()).unwrap();
+        assert_eq!(named, serde_json::json!([["t", 0], ["t", 1]]));
+        // SAFETY: each freed once.
+        unsafe {
+            weir_string_free(rejected);
+            weir_consumer_free(consumer);
+        }
     }
 }
