@@ -158,7 +158,8 @@ pub struct PluginSettings {
     /// that runs it (`call_deadline_ms`).
     pub call_deadline_ms: u64,
     /// Longest one plugin call may take in elapsed time, however busy the
-    /// machine (`call_wall_deadline_ms`, at least `call_deadline_ms`).
+    /// machine (`call_wall_deadline_ms`; never less than `call_deadline_ms`:
+    /// a smaller value counts as `call_deadline_ms`).
     pub call_wall_deadline_ms: u64,
     /// Cap on one plugin instance's memory (`memory_bytes_max`).
     pub memory_bytes_max: usize,
@@ -355,7 +356,9 @@ impl BrokerConfig {
         let init_deadline_ms = self.plugins.call_deadline_ms.max(1000);
         plugin_host::HostLimits {
             call_deadline: std::time::Duration::from_millis(self.plugins.call_deadline_ms),
-            call_wall_deadline: std::time::Duration::from_millis(self.plugins.call_wall_deadline_ms),
+            call_wall_deadline: std::time::Duration::from_millis(
+                self.plugins.call_wall_deadline_ms.max(self.plugins.call_deadline_ms),
+            ),
             init_deadline: std::time::Duration::from_millis(init_deadline_ms),
             init_wall_deadline: std::time::Duration::from_millis(init_deadline_ms * 10),
             memory_bytes: self.plugins.memory_bytes_max,
@@ -468,13 +471,7 @@ impl BrokerConfig {
         check_at_least(&mut problems, "retention_check_interval_ms", self.retention_check_interval_ms, 10);
         self.limits.check(&mut problems, &self.log);
         check_range(&mut problems, "plugins.call_deadline_ms", self.plugins.call_deadline_ms, 1, 60_000);
-        check_range(
-            &mut problems,
-            "plugins.call_wall_deadline_ms",
-            self.plugins.call_wall_deadline_ms,
-            self.plugins.call_deadline_ms,
-            600_000,
-        );
+        check_range(&mut problems, "plugins.call_wall_deadline_ms", self.plugins.call_wall_deadline_ms, 1, 600_000);
         check_range(&mut problems, "plugins.memory_bytes_max", self.plugins.memory_bytes_max, MIB, 4 * GIB);
         check_at_least(&mut problems, "plugins.output_bytes_max", self.plugins.output_bytes_max, KIB);
         check_range(&mut problems, "plugins.instances_max", self.plugins.instances_max, 1, 10_000);
