@@ -23,6 +23,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod driver;
+mod isolation;
 mod limits;
 mod plot;
 mod report;
@@ -54,6 +55,10 @@ enum Command {
     /// all are ready, stops them when stdin closes or on SIGTERM/SIGINT. The SDK
     /// benchmarks (sdk-node/bench) run their clients against these.
     Serve(ServeArgs),
+    /// A hostile plugin's effect on traffic that does not go through it: the
+    /// round trips of a plain topic's producer, with and without producers
+    /// hammering an infinite-loop and a memory-bomb interceptor on the same broker.
+    Isolation(isolation::IsolationArgs),
     /// Re-render the Markdown report and plots of a results JSON file.
     Report {
         /// A `<date>.json` written by `run`.
@@ -160,6 +165,7 @@ fn main() -> std::process::ExitCode {
         Command::Report { results, out } => rerender(&results, out),
         Command::Run(args) => run(args),
         Command::Serve(args) => serve(args),
+        Command::Isolation(args) => isolation::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -81,33 +81,12 @@ impl Launch {
         Ok(dir)
     }
 
-    /// The configuration file every Weir broker of a run reads. Defaults
-    /// everywhere except the plugin call deadline: the default 10 ms is a
-    /// wall-clock guard, and on a machine loaded by the benchmark itself a no-op
-    /// interceptor can be descheduled past it, failing a throughput run that
-    /// measures nothing about deadlines. The deadline does not enter the cost of
-    /// a call that finishes.
-    fn weir_config(&self) -> anyhow::Result<PathBuf> {
-        let path = self.data_dir("weir-config")?.join("weir.toml");
-        fs::write(&path, "[plugins]\ncall_deadline_ms = 1000\n")?;
-        Ok(path)
-    }
-
     pub fn weir(&self, weir_bin: &Path) -> anyhow::Result<Server> {
         let port = free_port()?;
         let data = self.data_dir("weir-data")?;
         let address = format!("127.0.0.1:{port}");
-        let config = self.weir_config()?;
         let mut command = Command::new(weir_bin);
-        command
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .arg("--data-dir")
-            .arg(&data)
-            .arg("--listen")
-            .arg(&address)
-            .env("RUST_LOG", "warn");
+        command.arg("serve").arg("--data-dir").arg(&data).arg("--listen").arg(&address).env("RUST_LOG", "warn");
         let (child, log_path) = self.spawn("weir", &mut command)?;
         Ok(Server::single("weir", address, child, log_path))
     }
@@ -137,7 +116,6 @@ impl Launch {
         let ports = free_ports(size)?;
         let voters = voters(&ports);
         let data = self.data_dir("weir-cluster-data")?;
-        let config = self.weir_config()?;
         let mut members = Vec::with_capacity(size);
         for (index, port) in ports.iter().enumerate() {
             let id = index + 1;
@@ -145,8 +123,6 @@ impl Launch {
             let mut command = Command::new(weir_bin);
             command
                 .arg("serve")
-                .arg("--config")
-                .arg(&config)
                 .args(["--node-id", &id.to_string()])
                 .args(["--listen", &address])
                 .arg("--data-dir")
