@@ -65,8 +65,8 @@ export declare class NativeConsumer {
   subscribe(topics: Array<string>, pattern?: string | undefined | null): Promise<void>
   /** Reads exactly these partitions, outside any group. */
   assign(partitions: Array<TopicPartition>): Promise<void>
-  /** Records that arrive within `maxWaitMs` (at most `maxRecords`). */
-  poll(maxWaitMs: number, maxRecords: number): Promise<Array<Message>>
+  /** Records that arrive within `maxWaitMs` (at most `maxRecords`), packed. */
+  poll(maxWaitMs: number, maxRecords: number): Promise<Polled>
   /** Commits every owned partition's position, or exactly `offsets`. */
   commit(offsets?: Array<TopicPartitionOffset> | undefined | null): Promise<void>
   /** The group's committed offset of a partition (null: none). */
@@ -100,12 +100,12 @@ export declare class NativeProducer {
    */
   constructor(brokers: Array<string>, config?: Record<string, string> | undefined | null)
   /**
-   * Queues `records` behind earlier sends (now, in call order); resolves
-   * with where each landed once all are acknowledged, or rejects with the
-   * first refusal (records after a record the producer refused are not
-   * sent).
+   * Queues the packed records behind earlier sends (now, in call order);
+   * resolves with where each landed once all are acknowledged, or rejects
+   * with the first refusal (records after a record the producer refused
+   * are not sent).
    */
-  send(records: Array<OutgoingRecord>): Promise<Array<Delivered>>
+  send(records: Outgoing): Promise<Sent>
   /** Resolves once everything sent before it is acknowledged. */
   flush(): Promise<void>
   /** Flushes, then refuses further sends. */
@@ -118,15 +118,6 @@ export interface CommittedOffset {
   partition: number
   offset: bigint
   metadata: string
-}
-
-/** Where a record landed. */
-export interface Delivered {
-  topic: string
-  partition: number
-  /** -1 with `acks=0`. */
-  offset: bigint
-  timestamp: bigint
 }
 
 /** One row of the `ErrorCode` table. */
@@ -165,34 +156,24 @@ export interface GroupMember {
   assigned: Array<TopicPartition>
 }
 
-/** A record header. */
-export interface Header {
-  key: string
-  value?: Buffer
-}
-
-/** A record read by a consumer. */
-export interface Message {
-  topic: string
-  partition: number
-  offset: bigint
-  /** Milliseconds since the epoch. */
-  timestamp: bigint
-  key?: Buffer
-  value?: Buffer
-  headers: Array<Header>
-}
-
-/** A record to send. */
-export interface OutgoingRecord {
-  topic: string
-  key?: Buffer
-  value?: Buffer
-  headers?: Array<Header>
-  /** The partition, or none for the topic's partitioner. */
-  partition?: number
-  /** Milliseconds since the epoch (none: now). */
-  timestamp?: number
+/**
+ * Records to send, packed by the JavaScript layer in the shape of a poll's
+ * answer (`Polled`): one buffer of keys, values and headers, and typed arrays.
+ */
+export interface Outgoing {
+  /** The topics of these records; `index` names them by position. */
+  topics: Array<string>
+  data: Buffer
+  /**
+   * 8 words per record: topic position, partition (`NULL_LENGTH`: the
+   * topic's partitioner chooses), key start, key length, value start, value
+   * length, first header, header count (a length of `NULL_LENGTH` is null).
+   */
+  index: Uint32Array
+  /** 4 words per header: key start, key length, value start, value length. */
+  headers: Uint32Array
+  /** Milliseconds since the epoch per record (negative: now). */
+  timestamps: Float64Array
 }
 
 /** A partition as the metadata describes it. */
@@ -241,10 +222,42 @@ export interface PluginLogLine {
   message: string
 }
 
+/**
+ * The records of one poll, packed: every key, value and header in one
+ * buffer and the rest in typed arrays, so handing `n` records to JavaScript
+ * costs a handful of objects rather than a dozen per record (the JavaScript
+ * layer makes the messages, with views into `data`).
+ */
+export interface Polled {
+  /** The distinct topics of these records; `index` names them by position. */
+  topics: Array<string>
+  /** Every key, value, header key and header value, back to back. */
+  data: Buffer
+  /**
+   * `POLLED_STRIDE` words per record: topic position, partition, key start,
+   * key length, value start, value length, first header, header count
+   * (a length of `NULL_LENGTH` is a null key or value).
+   */
+  index: Uint32Array
+  /** 4 words per header: key start, key length, value start, value length. */
+  headers: Uint32Array
+  offsets: BigInt64Array
+  /** Milliseconds since the epoch. */
+  timestamps: BigInt64Array
+}
+
 /** An assignment change: `kind` is `assigned` or `revoked`. */
 export interface RebalanceEvent {
   kind: string
   partitions: Array<TopicPartition>
+}
+
+/** Where the records of one send landed, in send order. */
+export interface Sent {
+  partitions: Int32Array
+  /** -1 with `acks=0`. */
+  offsets: BigInt64Array
+  timestamps: BigInt64Array
 }
 
 /** A topic's partitions and its configs (set ones and defaults). */

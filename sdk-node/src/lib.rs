@@ -38,8 +38,22 @@ where
     E: Into<client_ffi::Error> + 'static,
     R: ToNapiValue + Send + 'static,
 {
+    promise_try(env, future, move |value| Ok(convert(value)))
+}
+
+/// [`promise`] with a conversion that may fail (the promise rejects).
+pub(crate) fn promise_try<'env, T, E, R>(
+    env: &'env Env,
+    future: impl Future<Output = std::result::Result<T, E>> + Send + 'static,
+    convert: impl FnOnce(T) -> Result<R> + Send + 'static,
+) -> Result<PromiseRaw<'env, R>>
+where
+    T: Send + 'static,
+    E: Into<client_ffi::Error> + 'static,
+    R: ToNapiValue + Send + 'static,
+{
     let running = client_ffi::runtime::run(async move { future.await.map_err(Into::into) }).map_err(to_js)?;
-    env.spawn_future(async move { running.await.map(convert).map_err(to_js) })
+    env.spawn_future(async move { running.await.map_err(to_js).and_then(convert) })
 }
 
 /// A client error as a JavaScript error carrying its code.
@@ -78,21 +92,4 @@ pub fn partition_for_key(key: Buffer, partition_count: u32) -> Result<u32> {
         return Err(napi::Error::new(Status::InvalidArg, "partitionCount must be positive"));
     }
     Ok(client_ffi::partitioner::partition_for_key(&key, partition_count))
-}
-
-/// A record header.
-#[napi(object)]
-pub struct Header {
-    pub key: String,
-    pub value: Option<Buffer>,
-}
-
-pub(crate) fn headers_out<B: AsRef<[u8]>>(headers: &[(String, Option<B>)]) -> Vec<Header> {
-    headers
-        .iter()
-        .map(|(key, value)| Header {
-            key: key.clone(),
-            value: value.as_ref().map(|value| Buffer::from(value.as_ref().to_vec())),
-        })
-        .collect()
 }

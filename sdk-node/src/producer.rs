@@ -7,39 +7,95 @@ use client_ffi::{OrderedProducer, ProducerRecord, RecordMetadata};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use crate::{client_err, promise, settings, to_js, Header};
+use crate::consumer::{NULL_LENGTH, POLLED_STRIDE};
+use crate::{client_err, promise, settings, to_js};
 
-/// A record to send.
+/// Records to send, packed by the JavaScript layer in the shape of a poll's
+/// answer (`Polled`): one buffer of keys, values and headers, and typed arrays.
 #[napi(object)]
-pub struct OutgoingRecord {
-    pub topic: String,
-    pub key: Option<Buffer>,
-    pub value: Option<Buffer>,
-    pub headers: Option<Vec<Header>>,
-    /// The partition, or none for the topic's partitioner.
-    pub partition: Option<i32>,
-    /// Milliseconds since the epoch (none: now).
-    pub timestamp: Option<i64>,
+pub struct Outgoing {
+    /// The topics of these records; `index` names them by position.
+    pub topics: Vec<String>,
+    pub data: Buffer,
+    /// 8 words per record: topic position, partition (`NULL_LENGTH`: the
+    /// topic's partitioner chooses), key start, key length, value start, value
+    /// length, first header, header count (a length of `NULL_LENGTH` is null).
+    pub index: Uint32Array,
+    /// 4 words per header: key start, key length, value start, value length.
+    pub headers: Uint32Array,
+    /// Milliseconds since the epoch per record (negative: now).
+    pub timestamps: Float64Array,
 }
 
-/// Where a record landed.
+/// Where the records of one send landed, in send order.
 #[napi(object, object_from_js = false)]
-pub struct Delivered {
-    pub topic: String,
-    pub partition: i32,
+pub struct Sent {
+    pub partitions: Int32Array,
     /// -1 with `acks=0`.
-    #[napi(ts_type = "bigint")]
-    pub offset: i64n,
-    #[napi(ts_type = "bigint")]
-    pub timestamp: i64n,
+    pub offsets: BigInt64Array,
+    pub timestamps: BigInt64Array,
 }
 
-fn delivered(metadata: RecordMetadata) -> Delivered {
-    Delivered {
-        topic: metadata.topic.to_string(),
-        partition: metadata.partition,
-        offset: i64n(metadata.offset),
-        timestamp: i64n(metadata.timestamp_ms),
+fn invalid(message: &str) -> napi::Error {
+    napi::Error::new(Status::InvalidArg, format!("a malformed packed send: {message}"))
+}
+
+/// The bytes at `[start, start + length)` of `data` (`None` for a null length).
+fn bytes_at(data: &[u8], start: u32, length: u32) -> Result<Option<Vec<u8>>> {
+    if length == NULL_LENGTH {
+        return Ok(None);
+    }
+    let end = start.checked_add(length).ok_or_else(|| invalid("a span overflows"))?;
+    data.get(start as usize..end as usize)
+        .map(|bytes| Some(bytes.to_vec()))
+        .ok_or_else(|| invalid("a span past the data"))
+}
+
+fn unpack(outgoing: &Outgoing) -> Result<Vec<ProducerRecord>> {
+    let (index, header_words) = (&outgoing.index[..], &outgoing.headers[..]);
+    if index.len() % POLLED_STRIDE != 0 || header_words.len() % 4 != 0 {
+        return Err(invalid("an index of the wrong length"));
+    }
+    let count = index.len() / POLLED_STRIDE;
+    if outgoing.timestamps.len() != count {
+        return Err(invalid("not one timestamp per record"));
+    }
+    index
+        .chunks_exact(POLLED_STRIDE)
+        .zip(outgoing.timestamps.iter())
+        .map(|(words, &timestamp)| {
+            let topic = outgoing.topics.get(words[0] as usize).ok_or_else(|| invalid("an unknown topic position"))?;
+            let (first, header_count) = (words[6] as usize, words[7] as usize);
+            let header_spans = first
+                .checked_add(header_count)
+                .and_then(|end| header_words.get(first * 4..end * 4))
+                .ok_or_else(|| invalid("headers past the header index"))?;
+            let headers = header_spans
+                .chunks_exact(4)
+                .map(|span| {
+                    let key =
+                        bytes_at(&outgoing.data, span[0], span[1])?.ok_or_else(|| invalid("a null header key"))?;
+                    let key = String::from_utf8(key).map_err(|_| invalid("a header key that is not UTF-8"))?;
+                    Ok((key, bytes_at(&outgoing.data, span[2], span[3])?))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(ProducerRecord {
+                topic: topic.clone(),
+                partition: (words[1] != NULL_LENGTH).then_some(words[1] as i32),
+                key: bytes_at(&outgoing.data, words[2], words[3])?,
+                value: bytes_at(&outgoing.data, words[4], words[5])?,
+                headers,
+                timestamp_ms: (timestamp >= 0.0).then_some(timestamp as i64),
+            })
+        })
+        .collect()
+}
+
+fn sent(landed: Vec<RecordMetadata>) -> Sent {
+    Sent {
+        partitions: Int32Array::new(landed.iter().map(|metadata| metadata.partition).collect()),
+        offsets: BigInt64Array::new(landed.iter().map(|metadata| metadata.offset).collect()),
+        timestamps: BigInt64Array::new(landed.iter().map(|metadata| metadata.timestamp_ms).collect()),
     }
 }
 
@@ -59,32 +115,16 @@ impl NativeProducer {
         Ok(NativeProducer { inner: OrderedProducer::new(config).map_err(to_js)? })
     }
 
-    /// Queues `records` behind earlier sends (now, in call order); resolves
-    /// with where each landed once all are acknowledged, or rejects with the
-    /// first refusal (records after a record the producer refused are not
-    /// sent).
-    #[napi(ts_return_type = "Promise<Array<Delivered>>")]
-    pub fn send<'env>(&self, env: &'env Env, records: Vec<OutgoingRecord>) -> Result<PromiseRaw<'env, Vec<Delivered>>> {
-        let records = records
-            .into_iter()
-            .map(|record| ProducerRecord {
-                topic: record.topic,
-                partition: record.partition,
-                key: record.key.map(|key| key.to_vec()),
-                value: record.value.map(|value| value.to_vec()),
-                headers: record
-                    .headers
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|header| (header.key, header.value.map(|value| value.to_vec())))
-                    .collect(),
-                timestamp_ms: record.timestamp,
-            })
-            .collect();
-        let outcomes = self.inner.send_all(records).map_err(to_js)?;
+    /// Queues the packed records behind earlier sends (now, in call order);
+    /// resolves with where each landed once all are acknowledged, or rejects
+    /// with the first refusal (records after a record the producer refused
+    /// are not sent).
+    #[napi(ts_return_type = "Promise<Sent>")]
+    pub fn send<'env>(&self, env: &'env Env, records: Outgoing) -> Result<PromiseRaw<'env, Sent>> {
+        let outcomes = self.inner.send_all(unpack(&records)?).map_err(to_js)?;
         // Rejects with the first refusal; records after it were not sent.
         let settled = async move { outcomes.await.into_iter().collect::<std::result::Result<Vec<_>, _>>() };
-        promise(env, settled, |landed| landed.into_iter().map(delivered).collect())
+        promise(env, settled, sent)
     }
 
     /// Resolves once everything sent before it is acknowledged.
