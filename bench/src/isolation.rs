@@ -204,20 +204,10 @@ async fn rounds(args: &IsolationArgs, address: &str) -> anyhow::Result<()> {
     }
     println!(
         "median hammered / quiet: p50 {:.2}×, p99 {:.2}× (target ≤ 1.5 each; {} rounds, {} probe records each)",
-        median(&mut p50_ratios),
-        median(&mut p99_ratios),
+        crate::report::median(&mut p50_ratios),
+        crate::report::median(&mut p99_ratios),
         args.rounds,
         args.probe_records
     );
     Ok(())
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let middle = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[middle]
-    } else {
-        (values[middle - 1] + values[middle]) / 2.0
-    }
 }
