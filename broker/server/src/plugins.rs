@@ -854,11 +854,6 @@ impl Plugins {
         self.has_hook(topic, HookKind::ConsumeInterceptor)
     }
 
-    /// Whether `topic` has produce interceptors (the produce fast path).
-    pub fn intercepts_produces(&self, topic: &str) -> bool {
-        self.has_hook(topic, HookKind::ProduceInterceptor)
-    }
-
     fn has_hook(&self, topic: &str, hook: HookKind) -> bool {
         let state = lock(&self.state);
         state

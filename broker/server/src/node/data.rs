@@ -99,14 +99,14 @@ impl Node {
             // Refused before anything is appended (Kafka's NOT_ENOUGH_REPLICAS).
             partition.check_min_insync()?;
         }
+        // Every produce takes the partition's order lock (at once when no
+        // other holds it), so one arriving while another's interceptors run
+        // appends after it — also when the interceptors were detached meanwhile.
         let in_order = match slot.produce_order() {
-            Some(order) if self.plugins.intercepts_produces(&request.topic) => {
-                let in_order = order.clone().lock_owned().await;
-                self.plugins.intercept_produce(&request.topic, request.partition, &mut request.batches).await?;
-                Some(in_order)
-            }
-            _ => None,
+            Some(order) => Some(order.clone().lock_owned().await),
+            None => None,
         };
+        self.plugins.intercept_produce(&request.topic, request.partition, &mut request.batches).await?;
         // Read again: leadership may have moved while the interceptors ran.
         let (partition, producers, leader_epoch) = slot.led()?;
         let (base_offset, last_offset) = match producer {

@@ -123,9 +123,9 @@ enum Slot {
     Online {
         partition: Partition,
         producers: Arc<Mutex<ProducerStates>>,
-        /// Held by a produce from before its produce interceptors run until it
-        /// is appended: requests for the partition append in the order they
-        /// arrived although their plugin calls run off this thread.
+        /// Held by every produce from before its produce interceptors run
+        /// until it is appended: requests for the partition append in the
+        /// order they arrived although plugin calls run off this thread.
         produce_order: Arc<tokio::sync::Mutex<()>>,
     },
     /// A replica here whose log could not be opened (recovery found corruption,
