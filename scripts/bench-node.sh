@@ -17,4 +17,4 @@ bench/peers/install.sh
     npx napi build --platform --release --target-dir ../target/sdk --js native.js --dts native.d.ts
     cd bench && npm ci --no-audit --no-fund
 )
-exec node sdk-node/bench/sdk.js "$@"
+exec node --expose-gc sdk-node/bench/sdk.js "$@"

@@ -314,19 +314,30 @@ function pack(batch: ProducerRecord[]): NativeTypes.Outgoing {
   return { topics, data, index, headers, timestamps }
 }
 
-/** The messages of a native poll's packed answer. */
+/**
+ * The messages of a native poll's answer. It arrives packed the other way
+ * round and uncopied: keys, values and header values are views into
+ * `buffers` (the bytes the client core fetched, shared with no one else),
+ * with `POLLED_STRIDE` words per record (topic position, partition, buffer
+ * position, key start and length, value start and length, first header,
+ * header count) and 4 per header (key start and length in `headerKeys`, value
+ * start and length in the record's buffer).
+ */
+const POLLED_STRIDE = 9
+
 function unpack(polled: NativeTypes.Polled): (KafkaMessage & TopicPartition)[] {
-  const { topics, data, index, headers, offsets, timestamps } = polled
-  const slice = (start: number, length: number): Buffer | null =>
-    length === NULL ? null : data.subarray(start, start + length)
+  const { topics, buffers, headerKeys, index, headers, offsets, timestamps } = polled
   const messages: (KafkaMessage & TopicPartition)[] = new Array(offsets.length)
   for (let record = 0; record < offsets.length; record++) {
-    const at = record * STRIDE
+    const at = record * POLLED_STRIDE
+    const data = buffers[index[at + 2]]
+    const slice = (start: number, length: number): Buffer | null =>
+      length === NULL ? null : data.subarray(start, start + length)
     const messageHeaders: Record<string, Buffer | null | (Buffer | null)[]> = {}
-    const first = index[at + 6]
-    for (let header = first; header < first + index[at + 7]; header++) {
+    const first = index[at + 7]
+    for (let header = first; header < first + index[at + 8]; header++) {
       const words = header * 4
-      const key = data.toString('utf8', headers[words], headers[words] + headers[words + 1])
+      const key = headerKeys.toString('utf8', headers[words], headers[words] + headers[words + 1])
       const value = slice(headers[words + 2], headers[words + 3])
       const seen = messageHeaders[key]
       if (seen === undefined) messageHeaders[key] = value
@@ -336,8 +347,8 @@ function unpack(polled: NativeTypes.Polled): (KafkaMessage & TopicPartition)[] {
     messages[record] = {
       topic: topics[index[at]],
       partition: index[at + 1],
-      key: slice(index[at + 2], index[at + 3]),
-      value: slice(index[at + 4], index[at + 5]),
+      key: slice(index[at + 3], index[at + 4]),
+      value: slice(index[at + 5], index[at + 6]),
       headers: messageHeaders,
       offset: offsets[record],
       timestamp: timestamps[record],

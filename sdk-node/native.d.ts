@@ -157,8 +157,8 @@ export interface GroupMember {
 }
 
 /**
- * Records to send, packed by the JavaScript layer in the shape of a poll's
- * answer (`Polled`): one buffer of keys, values and headers, and typed arrays.
+ * Records to send, packed by the JavaScript layer: one buffer of keys,
+ * values and headers, and typed arrays.
  */
 export interface Outgoing {
   /** The topics of these records; `index` names them by position. */
@@ -223,23 +223,36 @@ export interface PluginLogLine {
 }
 
 /**
- * The records of one poll, packed: every key, value and header in one
- * buffer and the rest in typed arrays, so handing `n` records to JavaScript
- * costs a handful of objects rather than a dozen per record (the JavaScript
- * layer makes the messages, with views into `data`).
+ * The records of one poll, packed and not copied: the buffers the client core
+ * fetched them into cross as external `Buffer`s (JavaScript holds them until
+ * the last message made from them is collected), and the rest in typed
+ * arrays, so handing `n` records to JavaScript costs a handful of objects and
+ * no copy of their bytes (the JavaScript layer makes the messages, with views
+ * into `buffers`).
  */
 export interface Polled {
   /** The distinct topics of these records; `index` names them by position. */
   topics: Array<string>
-  /** Every key, value, header key and header value, back to back. */
-  data: Buffer
   /**
-   * `POLLED_STRIDE` words per record: topic position, partition, key start,
-   * key length, value start, value length, first header, header count
-   * (a length of `NULL_LENGTH` is a null key or value).
+   * The fetched bytes the keys, values and header values lie in: for each
+   * buffer the core fetched into, the range these records use.
+   */
+  buffers: Buffer[]
+  /**
+   * Every header key, back to back (header keys are decoded to strings by
+   * the core, so these are copies; most records have none).
+   */
+  headerKeys: Buffer
+  /**
+   * `POLLED_STRIDE` words per record: topic position, partition, buffer
+   * position, key start, key length, value start, value length, first
+   * header, header count (a length of `NULL_LENGTH` is a null key or value).
    */
   index: Uint32Array
-  /** 4 words per header: key start, key length, value start, value length. */
+  /**
+   * 4 words per header: key start and length (in `headerKeys`), value start
+   * and length (in the record's buffer).
+   */
   headers: Uint32Array
   offsets: BigInt64Array
   /** Milliseconds since the epoch. */

@@ -904,12 +904,17 @@ fn decode_batch(
     view: &BatchView<'_>,
 ) -> Result<Vec<ConsumerRecord>, abi::batch::BatchError> {
     let section = records_section(view, DECOMPRESSED_BYTES_MAX)?;
-    let section_bytes = match section {
+    // `buffer`: the one allocation the records point into, as wide as it is
+    // (the whole fetched answer, unless the batch was decompressed).
+    let (section_bytes, buffer) = match section {
         std::borrow::Cow::Borrowed(slice) => {
             let start = batch_start + (slice.as_ptr() as usize - batches[batch_start..].as_ptr() as usize);
-            batches.slice(start..start + slice.len())
+            (batches.slice(start..start + slice.len()), batches.clone())
         }
-        std::borrow::Cow::Owned(decompressed) => Bytes::from(decompressed),
+        std::borrow::Cow::Owned(decompressed) => {
+            let decompressed = Bytes::from(decompressed);
+            (decompressed.clone(), decompressed)
+        }
     };
     let records_count = usize::try_from(view.records_count()).unwrap_or(0);
     let mut records = Vec::with_capacity(records_count);
@@ -941,6 +946,7 @@ fn decode_batch(
             key: record.key.map(slice),
             value: record.value.map(slice),
             headers,
+            buffer: buffer.clone(),
         });
     }
     Ok(records)

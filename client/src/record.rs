@@ -1,7 +1,8 @@
 //! The records users hand to a producer and get from a consumer.
 //!
 //! [`ConsumerRecord`] keys and values are [`Bytes`] slices of the fetched buffer:
-//! handing them out copies nothing.
+//! handing them out copies nothing, in Rust or (through
+//! [`ConsumerRecord::buffer`]) in a binding.
 
 use std::sync::Arc;
 
@@ -57,7 +58,9 @@ pub struct RecordMetadata {
 }
 
 /// A record read from a partition.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Two records are equal when their fields are: the buffer they slice does not count.
+#[derive(Clone)]
 pub struct ConsumerRecord {
     pub topic: Arc<str>,
     pub partition: i32,
@@ -66,4 +69,56 @@ pub struct ConsumerRecord {
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
     pub headers: Vec<(String, Option<Bytes>)>,
+    /// What `key`, `value` and the header values are slices of: the fetched
+    /// answer, or the batch's decompressed records.
+    pub(crate) buffer: Bytes,
+}
+
+impl ConsumerRecord {
+    /// The one allocation `key`, `value` and every header value point into
+    /// (header keys are owned `String`s). A binding hands records out without
+    /// copying by exposing this buffer once and each field as a range of it
+    /// ([`ConsumerRecord::span`]); the buffer stays alive while any record or
+    /// handle to it does.
+    pub fn buffer(&self) -> &Bytes {
+        &self.buffer
+    }
+
+    /// Where `slice` (the key, the value or a header value of this record) lies
+    /// in [`ConsumerRecord::buffer`]: its start and length.
+    pub fn span(&self, slice: &Bytes) -> Option<(usize, usize)> {
+        let start = (slice.as_ptr() as usize).checked_sub(self.buffer.as_ptr() as usize)?;
+        (start + slice.len() <= self.buffer.len()).then_some((start, slice.len()))
+    }
+}
+
+impl PartialEq for ConsumerRecord {
+    fn eq(&self, other: &ConsumerRecord) -> bool {
+        (&self.topic, self.partition, self.offset, self.timestamp_ms, &self.key, &self.value, &self.headers)
+            == (
+                &other.topic,
+                other.partition,
+                other.offset,
+                other.timestamp_ms,
+                &other.key,
+                &other.value,
+                &other.headers,
+            )
+    }
+}
+
+impl Eq for ConsumerRecord {}
+
+impl std::fmt::Debug for ConsumerRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerRecord")
+            .field("topic", &self.topic)
+            .field("partition", &self.partition)
+            .field("offset", &self.offset)
+            .field("timestamp_ms", &self.timestamp_ms)
+            .field("key", &self.key)
+            .field("value", &self.value)
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
+    }
 }

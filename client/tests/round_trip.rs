@@ -48,8 +48,20 @@ async fn records_round_trip_in_order_with_keys_headers_and_offsets() {
         let index: usize = std::str::from_utf8(record.headers[0].1.as_ref().unwrap()).unwrap().parse().unwrap();
         assert_eq!(record.value.as_deref(), Some(format!("value-{index}").as_bytes()));
         assert_eq!((record.partition, record.offset), (acknowledged[index].partition, acknowledged[index].offset));
+        assert_fields_lie_in_the_buffer(record);
     }
     broker.stop().await;
+}
+
+/// What bindings rely on to hand records out uncopied: the key, the value and
+/// every header value are ranges of the record's `buffer()`.
+fn assert_fields_lie_in_the_buffer(record: &client::ConsumerRecord) {
+    let header_values = record.headers.iter().filter_map(|(_, value)| value.as_ref());
+    for field in record.key.iter().chain(record.value.iter()).chain(header_values) {
+        let (start, length) = record.span(field).expect("the field lies in the buffer");
+        assert_eq!(&record.buffer()[start..start + length], &field[..]);
+    }
+    assert_eq!(record.span(&bytes::Bytes::from_static(b"elsewhere")), None);
 }
 
 /// `send_many` (the SDKs' bulk path) is `send` for each record: key
@@ -278,6 +290,7 @@ async fn compressed_batches_round_trip_through_the_broker() {
             assert_eq!(record.value.as_deref(), Some(values[index].as_bytes()));
             assert_eq!(record.key.as_deref(), Some(format!("k{index}").as_bytes()));
             assert_eq!(record.headers[0].1.as_deref(), Some(&[index as u8][..]));
+            assert_fields_lie_in_the_buffer(record);
         }
         // Positions inside a compressed batch: by offset and by timestamp.
         consumer.seek(topic, 0, Offset::At(137)).unwrap();

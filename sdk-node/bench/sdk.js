@@ -20,6 +20,7 @@
  *            kafkajs user writes it (`subscribe({ fromBeginning })` + `run({
  *            eachBatch })` in a fresh group), the Node SDK on the Node-produced
  *            Weir topic next to kafkajs on the Kafka topic.
+ * Each measured workload starts on a collected heap (`--expose-gc`).
  * Prints each round, then medians: throughput ratios (MB/s) and client CPU
  * ratios (the other client's CPU-seconds / the Node process's for the same
  * bytes; above 1 = Node spends less).
@@ -86,11 +87,23 @@ function cpuSeconds(since) {
   return (used.user + used.system) / 1e6
 }
 
-/** (MB/s, CPU seconds of this process) of `workload`, which returns bytes moved. */
+/**
+ * (MB/s, CPU seconds of this process) of `workload`, which returns bytes
+ * moved. The heap is collected first when the bench runs with `--expose-gc`
+ * (as scripts/bench-node.sh runs it), so no workload pays for the garbage of
+ * the one before (each `weir bench` run starts in a fresh process). A workload
+ * may call `begin()` once its setup is done to start the clock there, as
+ * `weir bench consume` starts its clock after assigning and seeking.
+ */
 async function measured(workload) {
-  const cpu = process.cpuUsage()
-  const started = process.hrtime.bigint()
-  const bytes = await workload()
+  if (typeof global.gc === 'function') global.gc()
+  let cpu = process.cpuUsage()
+  let started = process.hrtime.bigint()
+  const begin = () => {
+    cpu = process.cpuUsage()
+    started = process.hrtime.bigint()
+  }
+  const bytes = await workload(begin)
   const seconds = Number(process.hrtime.bigint() - started) / 1e9
   return { mbPerSecond: bytes / seconds / MB, cpuSeconds: cpuSeconds(cpu) }
 }
@@ -144,11 +157,15 @@ async function groupConsume(consumer, topic, expected) {
   return bytes
 }
 
-/** The Node SDK's closest match to `weir bench consume`: assign, seek, poll. */
-async function pollConsume(weir, topic, expected) {
+/**
+ * The Node SDK's closest match to `weir bench consume`: assign, seek, then
+ * (the clock starting there, as that command's does) poll.
+ */
+async function pollConsume(weir, topic, expected, begin) {
   const consumer = weir.consumer({ maxWaitTimeInMs: 10_000 })
   await consumer.assign([{ topic, partition: 0 }])
   consumer.seek({ topic, partition: 0, offset: 'earliest' })
+  begin()
   let count = 0
   let bytes = 0
   while (count < expected) {
@@ -230,7 +247,7 @@ async function rounds(args, addresses, kafkajs) {
       rustProduce: async () =>
         rustBench(args, addresses.weir, 'produce', rustTopic, ['--records', String(args.records), '--acks', '1']),
       kafkajsProduce: () => measured(() => produce(kafkaProducer, kafkaTopic, args.records, args.chunk)),
-      nodeConsume: () => measured(() => pollConsume(weir, rustTopic, args.records)),
+      nodeConsume: () => measured((begin) => pollConsume(weir, rustTopic, args.records, begin)),
       rustConsume: async () => rustBench(args, addresses.weir, 'consume', rustTopic),
       nodeGroupConsume: () =>
         measured(() => groupConsume(weir.consumer({ groupId: `bench-${id}` }), nodeTopic, args.records)),

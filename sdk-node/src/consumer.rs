@@ -6,27 +6,37 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use client_ffi::{Offset, RebalanceLog, Record};
 use napi::bindgen_prelude::*;
+use napi::{check_status, sys};
 use napi_derive::napi;
 
 use crate::{client_err, promise, promise_try, settings, to_js};
 
-/// The records of one poll, packed: every key, value and header in one
-/// buffer and the rest in typed arrays, so handing `n` records to JavaScript
-/// costs a handful of objects rather than a dozen per record (the JavaScript
-/// layer makes the messages, with views into `data`).
+/// The records of one poll, packed and not copied: the buffers the client core
+/// fetched them into cross as external `Buffer`s (JavaScript holds them until
+/// the last message made from them is collected), and the rest in typed
+/// arrays, so handing `n` records to JavaScript costs a handful of objects and
+/// no copy of their bytes (the JavaScript layer makes the messages, with views
+/// into `buffers`).
 #[napi(object, object_from_js = false)]
 pub struct Polled {
     /// The distinct topics of these records; `index` names them by position.
     pub topics: Vec<String>,
-    /// Every key, value, header key and header value, back to back.
-    pub data: Buffer,
-    /// `POLLED_STRIDE` words per record: topic position, partition, key start,
-    /// key length, value start, value length, first header, header count
-    /// (a length of `NULL_LENGTH` is a null key or value).
+    /// The fetched bytes the keys, values and header values lie in: for each
+    /// buffer the core fetched into, the range these records use.
+    #[napi(ts_type = "Buffer[]")]
+    pub buffers: Shared,
+    /// Every header key, back to back (header keys are decoded to strings by
+    /// the core, so these are copies; most records have none).
+    pub header_keys: Buffer,
+    /// `POLLED_STRIDE` words per record: topic position, partition, buffer
+    /// position, key start, key length, value start, value length, first
+    /// header, header count (a length of `NULL_LENGTH` is a null key or value).
     pub index: Uint32Array,
-    /// 4 words per header: key start, key length, value start, value length.
+    /// 4 words per header: key start and length (in `headerKeys`), value start
+    /// and length (in the record's buffer).
     pub headers: Uint32Array,
     pub offsets: BigInt64Array,
     /// Milliseconds since the epoch.
@@ -34,43 +44,116 @@ pub struct Polled {
 }
 
 /// Words per record in [`Polled::index`].
-pub const POLLED_STRIDE: usize = 8;
+pub const POLLED_STRIDE: usize = 9;
 /// The length of a null key, value or header value.
 pub const NULL_LENGTH: u32 = u32::MAX;
 
-/// Where `bytes` lands in `data`: (start, length), copied in.
-fn span(data: &mut Vec<u8>, bytes: Option<&[u8]>) -> [u32; 2] {
-    match bytes {
-        None => [0, NULL_LENGTH],
-        Some(bytes) => {
-            let start = data.len() as u32;
-            data.extend_from_slice(bytes);
-            [start, bytes.len() as u32]
-        }
+/// Ranges of fetched buffers, each becoming one external `Buffer` that keeps
+/// its `Bytes` (and so the whole fetched allocation) alive until collected.
+pub struct Shared(Vec<Bytes>);
+
+impl TypeName for Shared {
+    fn type_name() -> &'static str {
+        "Buffer[]"
+    }
+
+    fn value_type() -> ValueType {
+        ValueType::Object
     }
 }
 
-fn polled(records: Vec<Record>) -> Result<Polled> {
-    let data_bytes: usize = records
-        .iter()
-        .map(|record| {
-            let headers: usize =
-                record.headers.iter().map(|(key, value)| key.len() + value.as_ref().map_or(0, |v| v.len())).sum();
-            record.key.as_ref().map_or(0, |key| key.len())
-                + record.value.as_ref().map_or(0, |value| value.len())
-                + headers
-        })
-        .sum();
-    if data_bytes >= NULL_LENGTH as usize {
-        return Err(napi::Error::new(Status::GenericFailure, "a poll answered more than 4 GiB of records"));
+impl ToNapiValue for Shared {
+    unsafe fn to_napi_value(raw_env: sys::napi_env, shared: Shared) -> Result<sys::napi_value> {
+        let env = Env::from_raw(raw_env);
+        let mut array = std::ptr::null_mut();
+        // SAFETY: a live env on the JavaScript thread (napi calls this there).
+        check_status!(unsafe { sys::napi_create_array_with_length(raw_env, shared.0.len(), &mut array) })?;
+        for (position, bytes) in shared.0.into_iter().enumerate() {
+            let buffer = if bytes.is_empty() {
+                BufferSlice::from_data(&env, Vec::new())?
+            } else {
+                let (data, length) = (bytes.as_ptr().cast_mut(), bytes.len());
+                // SAFETY: `data` stays valid while `bytes` lives, and `bytes`
+                // is the finalize hint: dropped when the Buffer is collected.
+                // JavaScript may write into it, as into any message Buffer:
+                // the range is this poll's records' alone (records are handed
+                // out once), and the core no longer reads it once decoded.
+                // Two polls never share a start address (each range starts at
+                // its first record's bytes), which V8 requires of external
+                // buffers.
+                unsafe { BufferSlice::from_external(&env, data, length, bytes, |_, bytes| drop(bytes))? }
+            };
+            // SAFETY: `array` was made above with this env; the index is in range.
+            check_status!(unsafe { sys::napi_set_element(raw_env, array, position as u32, buffer.raw()) })?;
+        }
+        Ok(array)
     }
+}
+
+/// Where the fetched buffers of a poll's records are, and which range of
+/// each the records use.
+#[derive(Default)]
+struct Ranges {
+    /// (the buffer, the lowest start used, the highest end used).
+    buffers: Vec<(Bytes, usize, usize)>,
+}
+
+impl Ranges {
+    /// The position of `record`'s buffer, the range widened to take `spans`.
+    fn take(&mut self, record: &Record, spans: impl Iterator<Item = (usize, usize)>) -> usize {
+        let buffer = record.buffer();
+        let same = |entry: &(Bytes, usize, usize)| entry.0.as_ptr() == buffer.as_ptr() && entry.0.len() == buffer.len();
+        // Records of one fetch come together: the last buffer is almost always it.
+        let position = match self.buffers.iter().rposition(same) {
+            Some(position) => position,
+            None => {
+                self.buffers.push((buffer.clone(), usize::MAX, 0));
+                self.buffers.len() - 1
+            }
+        };
+        let entry = &mut self.buffers[position];
+        for (start, length) in spans {
+            entry.1 = entry.1.min(start);
+            entry.2 = entry.2.max(start + length);
+        }
+        position
+    }
+}
+
+/// The spans of a record's key, value and header values in its buffer.
+fn spans(record: &Record) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let header_values = record.headers.iter().filter_map(|(_, value)| value.as_ref());
+    record.key.iter().chain(record.value.iter()).chain(header_values).map(|slice| {
+        // Decoded records are slices of their buffer (`ConsumerRecord::buffer`).
+        record.span(slice).expect("a record's fields lie in its buffer")
+    })
+}
+
+fn polled(records: Vec<Record>) -> Result<Polled> {
+    let mut ranges = Ranges::default();
+    let positions: Vec<usize> = records.iter().map(|record| ranges.take(record, spans(record))).collect();
+    for (_, low, high) in &ranges.buffers {
+        if high.saturating_sub(*low) >= NULL_LENGTH as usize {
+            return Err(napi::Error::new(Status::GenericFailure, "a poll answered more than 4 GiB of records"));
+        }
+    }
+    // (start, length) of `slice` in its record's range.
+    let place = |record: &Record, position: usize, slice: Option<&Bytes>| -> [u32; 2] {
+        match slice {
+            None => [0, NULL_LENGTH],
+            Some(slice) => {
+                let (start, length) = record.span(slice).expect("a record's fields lie in its buffer");
+                [(start - ranges.buffers[position].1) as u32, length as u32]
+            }
+        }
+    };
     let mut topics: Vec<String> = Vec::new();
-    let mut data = Vec::with_capacity(data_bytes);
+    let mut header_keys = Vec::new();
     let mut index = Vec::with_capacity(records.len() * POLLED_STRIDE);
     let mut headers = Vec::new();
     let mut offsets = Vec::with_capacity(records.len());
     let mut timestamps = Vec::with_capacity(records.len());
-    for record in &records {
+    for (record, &position) in records.iter().zip(&positions) {
         let topic = match topics.iter().position(|topic| **topic == *record.topic) {
             Some(position) => position,
             None => {
@@ -78,17 +161,22 @@ fn polled(records: Vec<Record>) -> Result<Polled> {
                 topics.len() - 1
             }
         };
-        let key = span(&mut data, record.key.as_deref());
-        let value = span(&mut data, record.value.as_deref());
+        let key = place(record, position, record.key.as_ref());
+        let value = place(record, position, record.value.as_ref());
         let first_header = (headers.len() / 4) as u32;
         for (header_key, header_value) in &record.headers {
-            headers.extend(span(&mut data, Some(header_key.as_bytes())));
-            headers.extend(span(&mut data, header_value.as_deref()));
+            if header_keys.len() + header_key.len() >= NULL_LENGTH as usize {
+                return Err(napi::Error::new(Status::GenericFailure, "a poll answered more than 4 GiB of header keys"));
+            }
+            headers.extend([header_keys.len() as u32, header_key.len() as u32]);
+            header_keys.extend_from_slice(header_key.as_bytes());
+            headers.extend(place(record, position, header_value.as_ref()));
         }
         let header_count = record.headers.len() as u32;
         index.extend([
             topic as u32,
             record.partition as u32,
+            position as u32,
             key[0],
             key[1],
             value[0],
@@ -99,9 +187,15 @@ fn polled(records: Vec<Record>) -> Result<Polled> {
         offsets.push(record.offset);
         timestamps.push(record.timestamp_ms);
     }
+    let buffers = ranges
+        .buffers
+        .into_iter()
+        .map(|(bytes, low, high)| if low >= high { Bytes::new() } else { bytes.slice(low..high) })
+        .collect();
     Ok(Polled {
         topics,
-        data: Buffer::from(data),
+        buffers: Shared(buffers),
+        header_keys: Buffer::from(header_keys),
         index: Uint32Array::new(index),
         headers: Uint32Array::new(headers),
         offsets: BigInt64Array::new(offsets),

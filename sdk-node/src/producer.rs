@@ -7,11 +7,14 @@ use client_ffi::{OrderedProducer, ProducerRecord, RecordMetadata};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use crate::consumer::{NULL_LENGTH, POLLED_STRIDE};
+use crate::consumer::NULL_LENGTH;
 use crate::{client_err, promise, settings, to_js};
 
-/// Records to send, packed by the JavaScript layer in the shape of a poll's
-/// answer (`Polled`): one buffer of keys, values and headers, and typed arrays.
+/// Words per record in [`Outgoing::index`].
+pub const OUTGOING_STRIDE: usize = 8;
+
+/// Records to send, packed by the JavaScript layer: one buffer of keys,
+/// values and headers, and typed arrays.
 #[napi(object)]
 pub struct Outgoing {
     /// The topics of these records; `index` names them by position.
@@ -53,15 +56,15 @@ fn bytes_at(data: &[u8], start: u32, length: u32) -> Result<Option<Vec<u8>>> {
 
 fn unpack(outgoing: &Outgoing) -> Result<Vec<ProducerRecord>> {
     let (index, header_words) = (&outgoing.index[..], &outgoing.headers[..]);
-    if index.len() % POLLED_STRIDE != 0 || header_words.len() % 4 != 0 {
+    if index.len() % OUTGOING_STRIDE != 0 || header_words.len() % 4 != 0 {
         return Err(invalid("an index of the wrong length"));
     }
-    let count = index.len() / POLLED_STRIDE;
+    let count = index.len() / OUTGOING_STRIDE;
     if outgoing.timestamps.len() != count {
         return Err(invalid("not one timestamp per record"));
     }
     index
-        .chunks_exact(POLLED_STRIDE)
+        .chunks_exact(OUTGOING_STRIDE)
         .zip(outgoing.timestamps.iter())
         .map(|(words, &timestamp)| {
             let topic = outgoing.topics.get(words[0] as usize).ok_or_else(|| invalid("an unknown topic position"))?;

@@ -75,6 +75,47 @@ test('a round trip keeps keys, values, headers, null keys and offsets as bigint'
   assert.deepEqual(read[0].headers, { source: Buffer.from('test'), empty: null })
 })
 
+test('consumed messages are views into the fetched bytes that outlive their consumer and later polls', async () => {
+  // Values are not copied out of the client core's fetch buffers: each message
+  // keeps its buffer alive. Read 3,000 records in many polls (small fetches,
+  // so several buffers per poll and several polls per buffer), plain and lz4,
+  // drop the consumer, collect, and check every message still holds its bytes.
+  const admin = broker.weir.admin()
+  for (const [topic, compression] of [
+    ['views-plain', undefined],
+    ['views-lz4', 'lz4'],
+  ]) {
+    await admin.createTopics({ topics: [{ topic, numPartitions: 2 }] })
+    const producer = broker.weir.producer({ compression })
+    const value = (index) => Buffer.from(`value-${index}-`.repeat(1 + (index % 7)))
+    for (let chunk = 0; chunk < 3; chunk++) {
+      const messages = Array.from({ length: 1000 }, (_, each) => {
+        const index = chunk * 1000 + each
+        return { key: `k${index}`, value: value(index), headers: { index: String(index) } }
+      })
+      await producer.send({ topic, messages })
+    }
+    await producer.disconnect()
+    const consumer = broker.weir.consumer({ maxPollRecords: 70, config: { 'max.partition.fetch.bytes': '20000' } })
+    await consumer.assign([0, 1].map((partition) => ({ topic, partition })))
+    for (const partition of [0, 1]) consumer.seek({ topic, partition, offset: 'earliest' })
+    const read = []
+    await waitFor(`3000 messages of ${topic}`, async () => {
+      read.push(...(await consumer.poll()))
+      return read.length >= 3000 ? true : undefined
+    })
+    await consumer.disconnect()
+    if (typeof global.gc === 'function') global.gc()
+    assert.equal(read.length, 3000)
+    read[0].value.fill(0) // a message's bytes are its own: no other message changes
+    for (const message of read.slice(1)) {
+      const index = Number(message.headers.index.toString())
+      assert.equal(message.key.toString(), `k${index}`, topic)
+      assert.deepEqual(message.value, value(index), topic)
+    }
+  }
+})
+
 test('keyed records land where partitionForKey says, in every client', async () => {
   const admin = broker.weir.admin()
   await admin.createTopics({ topics: [{ topic: 'keyed', numPartitions: 8 }] })
