@@ -22,8 +22,18 @@ if (process.platform !== 'linux' || process.arch !== 'x64') {
   process.exit(1)
 }
 const target = process.env.CARGO_TARGET_DIR ?? path.join(root, 'target')
-console.error('weir: building the native addon from source (cargo build --release); this takes a few minutes')
-const build = spawnSync('cargo', ['build', '--release', '--manifest-path', manifest], {
+// WEIR_CARGO_PROFILE=dev builds unoptimised, in a fraction of the time (for
+// working on the SDK itself; the default, release, is what applications want).
+const profile = process.env.WEIR_CARGO_PROFILE ?? 'release'
+if (!/^[a-z][a-z0-9_-]*$/.test(profile)) {
+  console.error(`weir: WEIR_CARGO_PROFILE=${profile} is not a cargo profile name`)
+  process.exit(1)
+}
+console.error(`weir: building the native addon from source (cargo build --profile ${profile}); this takes a few minutes`)
+// The target named explicitly, as `napi build --platform` names it, so both
+// share one output directory (and what one built, the other reuses).
+const triple = 'x86_64-unknown-linux-gnu'
+const build = spawnSync('cargo', ['build', '--profile', profile, '--target', triple, '--manifest-path', manifest], {
   stdio: 'inherit',
   env: { ...process.env, CARGO_TARGET_DIR: target },
 })
@@ -34,4 +44,5 @@ if (build.error) {
 if (build.status !== 0) {
   process.exit(build.status ?? 1)
 }
-fs.copyFileSync(path.join(target, 'release', 'libweir_node.so'), addon)
+// cargo writes the dev profile's output under `debug`.
+fs.copyFileSync(path.join(target, triple, profile === 'dev' ? 'debug' : profile, 'libweir_node.so'), addon)
