@@ -47,6 +47,22 @@ impl ProducerRecord {
     }
 }
 
+/// A record to send whose bytes the caller keeps: what
+/// [`crate::Producer::send_ref`] takes, so a binding holding many records in
+/// one buffer sends them without a copy (or an allocation) per record. The
+/// producer copies the bytes into its batch before `send_ref` returns.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordRef<'a> {
+    pub topic: &'a str,
+    /// `None`: chosen by the topic's partitioner (its plugin, else the key's hash).
+    pub partition: Option<i32>,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: &'a [(&'a str, Option<&'a [u8]>)],
+    /// Creation time in ms since the epoch; `None` = now.
+    pub timestamp_ms: Option<i64>,
+}
+
 /// Where an acknowledged record landed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordMetadata {
@@ -75,6 +91,22 @@ pub struct ConsumerRecord {
 }
 
 impl ConsumerRecord {
+    /// A record made outside a consumer (a test's, a binding's own), with no
+    /// key, value or headers yet: its fields slice no shared buffer, so
+    /// [`ConsumerRecord::span`] finds none of them.
+    pub fn new(topic: impl Into<Arc<str>>, partition: i32, offset: i64, timestamp_ms: i64) -> ConsumerRecord {
+        ConsumerRecord {
+            topic: topic.into(),
+            partition,
+            offset,
+            timestamp_ms,
+            key: None,
+            value: None,
+            headers: Vec::new(),
+            buffer: Bytes::new(),
+        }
+    }
+
     /// The one allocation `key`, `value` and every header value point into
     /// (header keys are owned `String`s). A binding hands records out without
     /// copying by exposing this buffer once and each field as a range of it
@@ -85,7 +117,8 @@ impl ConsumerRecord {
     }
 
     /// Where `slice` (the key, the value or a header value of this record) lies
-    /// in [`ConsumerRecord::buffer`]: its start and length.
+    /// in [`ConsumerRecord::buffer`]: its start and length; `None` when it lies
+    /// elsewhere (a record not made by a consumer, or a field replaced since).
     pub fn span(&self, slice: &Bytes) -> Option<(usize, usize)> {
         let start = (slice.as_ptr() as usize).checked_sub(self.buffer.as_ptr() as usize)?;
         (start + slice.len() <= self.buffer.len()).then_some((start, slice.len()))

@@ -99,9 +99,8 @@ struct Ranges {
 }
 
 impl Ranges {
-    /// The position of `record`'s buffer, the range widened to take `spans`.
-    fn take(&mut self, record: &Record, spans: impl Iterator<Item = (usize, usize)>) -> usize {
-        let buffer = record.buffer();
+    /// The position of `buffer`, its range widened to take `spans`.
+    fn take(&mut self, buffer: &Bytes, spans: &[(usize, usize)]) -> usize {
         let same = |entry: &(Bytes, usize, usize)| entry.0.as_ptr() == buffer.as_ptr() && entry.0.len() == buffer.len();
         // Records of one fetch come together: the last buffer is almost always it.
         let position = match self.buffers.iter().rposition(same) {
@@ -113,37 +112,63 @@ impl Ranges {
         };
         let entry = &mut self.buffers[position];
         for (start, length) in spans {
-            entry.1 = entry.1.min(start);
+            entry.1 = entry.1.min(*start);
             entry.2 = entry.2.max(start + length);
         }
         position
     }
 }
 
-/// The spans of a record's key, value and header values in its buffer.
-fn spans(record: &Record) -> impl Iterator<Item = (usize, usize)> + '_ {
-    let header_values = record.headers.iter().filter_map(|(_, value)| value.as_ref());
-    record.key.iter().chain(record.value.iter()).chain(header_values).map(|slice| {
-        // Decoded records are slices of their buffer (`ConsumerRecord::buffer`).
-        record.span(slice).expect("a record's fields lie in its buffer")
-    })
+/// The key, the value and the header values of a record, in that order.
+fn fields(record: &Record) -> impl Iterator<Item = Option<&Bytes>> {
+    let header_values = record.headers.iter().map(|(_, value)| value.as_ref());
+    [record.key.as_ref(), record.value.as_ref()].into_iter().chain(header_values)
+}
+
+/// Where a record's fields are handed out from.
+enum Placement {
+    /// Views into the shared buffer at this position of `Ranges::buffers`.
+    Shared(usize),
+    /// Copies in the poll's own buffer (a record whose fields do not all lie
+    /// in its `buffer()`: never one a consumer decoded).
+    Copied,
 }
 
 fn polled(records: Vec<Record>) -> Result<Polled> {
     let mut ranges = Ranges::default();
-    let positions: Vec<usize> = records.iter().map(|record| ranges.take(record, spans(record))).collect();
+    let placements: Vec<Placement> = records
+        .iter()
+        .map(|record| {
+            let spans: Option<Vec<(usize, usize)>> = fields(record).flatten().map(|field| record.span(field)).collect();
+            match spans {
+                Some(spans) => Placement::Shared(ranges.take(record.buffer(), &spans)),
+                None => Placement::Copied,
+            }
+        })
+        .collect();
     for (_, low, high) in &ranges.buffers {
         if high.saturating_sub(*low) >= NULL_LENGTH as usize {
             return Err(napi::Error::new(Status::GenericFailure, "a poll answered more than 4 GiB of records"));
         }
     }
-    // (start, length) of `slice` in its record's range.
-    let place = |record: &Record, position: usize, slice: Option<&Bytes>| -> [u32; 2] {
-        match slice {
-            None => [0, NULL_LENGTH],
-            Some(slice) => {
-                let (start, length) = record.span(slice).expect("a record's fields lie in its buffer");
-                [(start - ranges.buffers[position].1) as u32, length as u32]
+    let too_big = || napi::Error::new(Status::GenericFailure, "a poll answered more than 4 GiB of copied records");
+    let mut copied: Vec<u8> = Vec::new();
+    let copied_position = ranges.buffers.len();
+    // (start, length) of `field` where its placement hands it out from.
+    let mut place = |record: &Record, placement: &Placement, field: Option<&Bytes>| -> Result<[u32; 2]> {
+        let Some(field) = field else { return Ok([0, NULL_LENGTH]) };
+        match placement {
+            Placement::Shared(position) => {
+                let (start, length) = record.span(field).expect("checked when the placement was chosen");
+                Ok([(start - ranges.buffers[*position].1) as u32, length as u32])
+            }
+            Placement::Copied => {
+                if copied.len() + field.len() >= NULL_LENGTH as usize {
+                    return Err(too_big());
+                }
+                let start = copied.len() as u32;
+                copied.extend_from_slice(field);
+                Ok([start, field.len() as u32])
             }
         }
     };
@@ -153,7 +178,7 @@ fn polled(records: Vec<Record>) -> Result<Polled> {
     let mut headers = Vec::new();
     let mut offsets = Vec::with_capacity(records.len());
     let mut timestamps = Vec::with_capacity(records.len());
-    for (record, &position) in records.iter().zip(&positions) {
+    for (record, placement) in records.iter().zip(&placements) {
         let topic = match topics.iter().position(|topic| **topic == *record.topic) {
             Some(position) => position,
             None => {
@@ -161,8 +186,8 @@ fn polled(records: Vec<Record>) -> Result<Polled> {
                 topics.len() - 1
             }
         };
-        let key = place(record, position, record.key.as_ref());
-        let value = place(record, position, record.value.as_ref());
+        let key = place(record, placement, record.key.as_ref())?;
+        let value = place(record, placement, record.value.as_ref())?;
         let first_header = (headers.len() / 4) as u32;
         for (header_key, header_value) in &record.headers {
             if header_keys.len() + header_key.len() >= NULL_LENGTH as usize {
@@ -170,9 +195,12 @@ fn polled(records: Vec<Record>) -> Result<Polled> {
             }
             headers.extend([header_keys.len() as u32, header_key.len() as u32]);
             header_keys.extend_from_slice(header_key.as_bytes());
-            headers.extend(place(record, position, header_value.as_ref()));
+            headers.extend(place(record, placement, header_value.as_ref())?);
         }
-        let header_count = record.headers.len() as u32;
+        let position = match placement {
+            Placement::Shared(position) => *position,
+            Placement::Copied => copied_position,
+        };
         index.extend([
             topic as u32,
             record.partition as u32,
@@ -182,16 +210,17 @@ fn polled(records: Vec<Record>) -> Result<Polled> {
             value[0],
             value[1],
             first_header,
-            header_count,
+            record.headers.len() as u32,
         ]);
         offsets.push(record.offset);
         timestamps.push(record.timestamp_ms);
     }
-    let buffers = ranges
+    let mut buffers: Vec<Bytes> = ranges
         .buffers
         .into_iter()
         .map(|(bytes, low, high)| if low >= high { Bytes::new() } else { bytes.slice(low..high) })
         .collect();
+    buffers.push(Bytes::from(copied));
     Ok(Polled {
         topics,
         buffers: Shared(buffers),

@@ -167,12 +167,22 @@ test('a group splits partitions between members, commits, and a new member resum
   const seen = new Map()
   const members = [0, 1].map(() => broker.weir.consumer({ groupId: 'workers', autoCommit: false }))
   const rebalances = []
+  // No handler finishes before the second member owns partitions: else a fast
+  // first member reads all 200 messages before the second has joined.
+  let bothOwn
+  const bothOwning = new Promise((resolve) => {
+    bothOwn = resolve
+  })
   for (const [index, member] of members.entries()) {
-    member.on(member.events.REBALANCE, (event) => rebalances.push([index, event.type]))
+    member.on(member.events.REBALANCE, (event) => {
+      rebalances.push([index, event.type])
+      if (index === 1 && event.type === 'assigned' && event.partitions.length > 0) bothOwn()
+    })
     await member.subscribe({ topics: ['work'], fromBeginning: true })
     await member.run({
       partitionsConsumedConcurrently: 2,
       eachMessage: async ({ topic, partition, message }) => {
+        await bothOwning
         seen.set(message.value.toString(), index)
         await member.commitOffsets([{ topic, partition, offset: message.offset + 1n }])
       },

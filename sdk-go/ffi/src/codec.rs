@@ -215,26 +215,12 @@ mod tests {
 
     #[test]
     fn consumed_records_read_back_as_produced_ones() {
-        let records = vec![
-            Record {
-                topic: "t".into(),
-                partition: 3,
-                offset: 1 << 60,
-                timestamp_ms: 1_700_000_000_000,
-                key: None,
-                value: Some(b"v".to_vec().into()),
-                headers: vec![("h".into(), None), ("é".into(), Some(b"x".to_vec().into()))],
-            },
-            Record {
-                topic: "other".into(),
-                partition: 0,
-                offset: 0,
-                timestamp_ms: -5,
-                key: Some(Vec::new().into()),
-                value: None,
-                headers: vec![],
-            },
-        ];
+        let mut first = Record::new("t", 3, 1 << 60, 1_700_000_000_000);
+        first.value = Some(b"v".to_vec().into());
+        first.headers = vec![("h".into(), None), ("é".into(), Some(b"x".to_vec().into()))];
+        let mut second = Record::new("other", 0, 0, -5);
+        second.key = Some(Vec::new().into());
+        let records = vec![first, second];
         let back = decode_records(&encoded(&records)).expect("decodes");
         assert_eq!(back.len(), 2);
         assert_eq!(back[0].topic, "t");
@@ -250,15 +236,10 @@ mod tests {
 
     #[test]
     fn malformed_buffers_are_refused_not_trusted() {
-        let good = encoded(&[Record {
-            topic: "t".into(),
-            partition: 0,
-            offset: 0,
-            timestamp_ms: 0,
-            key: Some(b"k".to_vec().into()),
-            value: Some(b"v".to_vec().into()),
-            headers: vec![],
-        }]);
+        let mut record = Record::new("t", 0, 0, 0);
+        record.key = Some(b"k".to_vec().into());
+        record.value = Some(b"v".to_vec().into());
+        let good = encoded(&[record]);
         for cut in 0..good.len() {
             let error = decode_records(&good[..cut]).expect_err("a truncated buffer is refused");
             assert_eq!(error.code, ErrorCode::InvalidRequest.as_u16());
