@@ -32,6 +32,6 @@ pub use client::{
 };
 pub use completion::{Completion, CompletionQueue, Sink};
 pub use error::{error_codes, Error, ErrorInfo, UNUSABLE};
-pub use ordered::OrderedProducer;
+pub use ordered::{OrderedProducer, Packed, PackedHeader, PackedRecord};
 pub use rebalance::RebalanceLog;
 pub use runtime::Blocking;

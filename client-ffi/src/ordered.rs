@@ -11,19 +11,102 @@
 //! [`OrderedProducer::room_nowait`] tells the caller when to try again.
 
 use std::future::Future;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use client::{ClientError, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
+use client::{ClientError, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata, RecordRef};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::completion::{Completion, Sink};
 use crate::error::Error;
 use crate::runtime;
 
+/// Records packed by a binding into one buffer: each key, value, header key
+/// and header value is a range of `data`. Sent with
+/// [`OrderedProducer::send_packed`], they cost no allocation or copy per record
+/// before the producer's batch (where [`OrderedProducer::send_all`]'s owned
+/// records cost one of each per key, value and topic name).
+#[derive(Debug, Default)]
+pub struct Packed {
+    pub data: Vec<u8>,
+    pub topics: Vec<String>,
+    pub records: Vec<PackedRecord>,
+    pub headers: Vec<PackedHeader>,
+}
+
+/// One record of a [`Packed`] set.
+#[derive(Clone, Debug)]
+pub struct PackedRecord {
+    /// A position in [`Packed::topics`].
+    pub topic: usize,
+    pub partition: Option<i32>,
+    pub key: Option<Range<usize>>,
+    pub value: Option<Range<usize>>,
+    /// Positions in [`Packed::headers`].
+    pub headers: Range<usize>,
+    pub timestamp_ms: Option<i64>,
+}
+
+/// One header of a [`Packed`] set: its key is UTF-8.
+#[derive(Clone, Debug)]
+pub struct PackedHeader {
+    pub key: Range<usize>,
+    pub value: Option<Range<usize>>,
+}
+
+impl Packed {
+    /// Checks every range, position and header key, so sending cannot fail on them.
+    pub fn validate(&self) -> Result<(), String> {
+        let fits = |range: &Option<Range<usize>>| {
+            range.as_ref().is_none_or(|range| range.start <= range.end && range.end <= self.data.len())
+        };
+        for header in &self.headers {
+            if !fits(&Some(header.key.clone())) || !fits(&header.value) {
+                return Err("a header span past the data".to_owned());
+            }
+            if std::str::from_utf8(&self.data[header.key.clone()]).is_err() {
+                return Err("a header key that is not UTF-8".to_owned());
+            }
+        }
+        for record in &self.records {
+            if record.topic >= self.topics.len() {
+                return Err("an unknown topic position".to_owned());
+            }
+            if !fits(&record.key) || !fits(&record.value) {
+                return Err("a span past the data".to_owned());
+            }
+            if record.headers.start > record.headers.end || record.headers.end > self.headers.len() {
+                return Err("headers past the header index".to_owned());
+            }
+        }
+        Ok(())
+    }
+
+    /// Record `index`, borrowed (its headers are put in `headers`).
+    fn record<'a>(&'a self, index: usize, headers: &'a mut Vec<(&'a str, Option<&'a [u8]>)>) -> RecordRef<'a> {
+        let record = &self.records[index];
+        let bytes = |range: &Option<Range<usize>>| range.clone().map(|range| &self.data[range]);
+        headers.extend(self.headers[record.headers.clone()].iter().map(|header| {
+            // Checked by `validate`, which `send_packed` runs first.
+            let key = std::str::from_utf8(&self.data[header.key.clone()]).unwrap_or_default();
+            (key, bytes(&header.value))
+        }));
+        RecordRef {
+            topic: &self.topics[record.topic],
+            partition: record.partition,
+            key: bytes(&record.key),
+            value: bytes(&record.value),
+            headers,
+            timestamp_ms: record.timestamp_ms,
+        }
+    }
+}
+
 /// Work for the ordered task.
 enum Job {
     Send(ProducerRecord, Arc<Sink>, u64),
     SendAll(Vec<ProducerRecord>, oneshot::Sender<Vec<Result<RecordMetadata, Error>>>),
+    SendPacked(Packed, oneshot::Sender<Vec<Result<RecordMetadata, Error>>>),
     Flush(Done),
     Close(Done),
 }
@@ -187,6 +270,23 @@ impl OrderedProducer {
         })
     }
 
+    /// [`OrderedProducer::send_all`] of records packed in one buffer (refused
+    /// at once, sending nothing, when a range or position is out of bounds).
+    pub fn send_packed(
+        &self,
+        packed: Packed,
+    ) -> Result<impl Future<Output = Vec<Result<RecordMetadata, Error>>> + Send + 'static, Error> {
+        packed.validate().map_err(|reason| {
+            Error::new(client::ErrorCode::InvalidRequest, format!("malformed packed records: {reason}"))
+        })?;
+        let (sender, receiver) = oneshot::channel();
+        let count = packed.records.len();
+        self.submit(Job::SendPacked(packed, sender))?;
+        Ok(async move {
+            receiver.await.unwrap_or_else(|_| (0..count).map(|_| Err(Error::from(ClientError::Closed))).collect())
+        })
+    }
+
     /// A future done once everything queued before this call is acknowledged.
     pub fn flush(&self) -> Result<impl Future<Output = ()> + Send + 'static, Error> {
         let (sender, receiver) = oneshot::channel();
@@ -221,33 +321,30 @@ async fn run(producer: Producer, mut jobs: mpsc::UnboundedReceiver<Job>, queued:
                 }
             }
             Job::SendAll(records, done) => {
-                // After a refusal the rest are not sent (their outcome says
-                // so): the caller knows exactly which records were written.
-                let mut deliveries = Vec::with_capacity(records.len());
-                let mut refused: Option<Error> = None;
+                let mut deliveries = Deliveries::with_capacity(records.len());
                 for record in records {
-                    let outcome = match &refused {
-                        Some(first) => Err(Error {
-                            message: format!("not sent: an earlier record of the call was refused ({})", first.message),
-                            ..first.clone()
-                        }),
+                    let outcome = match deliveries.refusal() {
+                        Some(refusal) => Err(refusal),
                         None => producer.send(record).await.map_err(Error::from),
                     };
-                    if let (None, Err(error)) = (&refused, &outcome) {
-                        refused = Some(error.clone());
-                    }
                     deliveries.push(outcome);
                 }
-                tokio::spawn(async move {
-                    let mut outcomes = Vec::with_capacity(deliveries.len());
-                    for delivery in deliveries {
-                        outcomes.push(match delivery {
-                            Ok(delivery) => delivery.wait().await.map_err(Error::from),
-                            Err(error) => Err(error),
-                        });
-                    }
-                    let _ = done.send(outcomes);
-                });
+                deliveries.settle(done);
+            }
+            Job::SendPacked(packed, done) => {
+                let mut deliveries = Deliveries::with_capacity(packed.records.len());
+                for index in 0..packed.records.len() {
+                    let outcome = match deliveries.refusal() {
+                        Some(refusal) => Err(refusal),
+                        None => {
+                            // Allocates only for a record with headers.
+                            let mut headers = Vec::new();
+                            producer.send_ref(packed.record(index, &mut headers)).await.map_err(Error::from)
+                        }
+                    };
+                    deliveries.push(outcome);
+                }
+                deliveries.settle(done);
             }
             Job::Flush(done) => {
                 producer.flush().await;
@@ -258,6 +355,49 @@ async fn run(producer: Producer, mut jobs: mpsc::UnboundedReceiver<Job>, queued:
                 done.finish();
             }
         }
+    }
+}
+
+/// The deliveries of one call, in order. After a refusal the rest are not
+/// sent (their outcome says so): the caller knows exactly which records were
+/// written.
+struct Deliveries {
+    deliveries: Vec<Result<DeliveryFuture, Error>>,
+    refused: Option<Error>,
+}
+
+impl Deliveries {
+    fn with_capacity(count: usize) -> Deliveries {
+        Deliveries { deliveries: Vec::with_capacity(count), refused: None }
+    }
+
+    /// The outcome of a record after the first refusal, if there was one.
+    fn refusal(&self) -> Option<Error> {
+        self.refused.as_ref().map(|first| Error {
+            message: format!("not sent: an earlier record of the call was refused ({})", first.message),
+            ..first.clone()
+        })
+    }
+
+    fn push(&mut self, outcome: Result<DeliveryFuture, Error>) {
+        if let (None, Err(error)) = (&self.refused, &outcome) {
+            self.refused = Some(error.clone());
+        }
+        self.deliveries.push(outcome);
+    }
+
+    /// Sends every outcome to `done` once all are acknowledged or refused.
+    fn settle(self, done: oneshot::Sender<Vec<Result<RecordMetadata, Error>>>) {
+        tokio::spawn(async move {
+            let mut outcomes = Vec::with_capacity(self.deliveries.len());
+            for delivery in self.deliveries {
+                outcomes.push(match delivery {
+                    Ok(delivery) => delivery.wait().await.map_err(Error::from),
+                    Err(error) => Err(error),
+                });
+            }
+            let _ = done.send(outcomes);
+        });
     }
 }
 

@@ -73,4 +73,4 @@ pub use plugins::{
     TRANSFORM_EARLIEST, TRANSFORM_LATEST,
 };
 pub use producer::{DeliveryFuture, Producer};
-pub use record::{ConsumerRecord, ProducerRecord, RecordMetadata};
+pub use record::{ConsumerRecord, ProducerRecord, RecordMetadata, RecordRef};

@@ -52,7 +52,7 @@ use crate::cluster::{Cluster, TopicInfo};
 use crate::config::{Acks, ProducerConfig};
 use crate::error::{broker_error, ClientError};
 use crate::partitioner::partition_for_key;
-use crate::record::{ProducerRecord, RecordMetadata};
+use crate::record::{ProducerRecord, RecordMetadata, RecordRef};
 
 type TopicPartition = (Arc<str>, i32);
 /// Outcome of one batch: its base offset, or why it failed.
@@ -251,25 +251,39 @@ impl Producer {
     /// while the buffer is full. Fails at once for an unknown topic or partition
     /// and for a record bigger than the whole buffer.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
-        let topic = self.topic_for_send(&record.topic, record.partition).await?;
         let headers: Vec<(&str, Option<&[u8]>)> =
             record.headers.iter().map(|(key, value)| (key.as_str(), value.as_deref())).collect();
+        let borrowed = RecordRef {
+            topic: &record.topic,
+            partition: record.partition,
+            key: record.key.as_deref(),
+            value: record.value.as_deref(),
+            headers: &headers,
+            timestamp_ms: record.timestamp_ms,
+        };
+        self.send_ref(borrowed).await
+    }
+
+    /// [`Producer::send`] of a record whose bytes the caller keeps (they are
+    /// copied into the batch before this returns).
+    pub async fn send_ref(&self, record: RecordRef<'_>) -> Result<DeliveryFuture, ClientError> {
+        let topic = self.topic_for_send(record.topic, record.partition).await?;
         let partition = match (record.partition, &topic.partitioner) {
             (None, Some(reference)) => {
                 let plugin = self.partitioner(reference).await?;
                 let timestamp_ms = record.timestamp_ms.unwrap_or_else(now_ms);
-                let (key, value) = (record.key.as_deref(), record.value.as_deref());
                 let count = topic.partitions.len() as u32;
-                crate::wasm_partitioner::choose(&plugin, &topic.name, count, key, value, &headers, timestamp_ms)?
+                let (key, value, headers) = (record.key, record.value, record.headers);
+                crate::wasm_partitioner::choose(&plugin, &topic.name, count, key, value, headers, timestamp_ms)?
                     .map(|partition| partition as i32)
             }
             (partition, _) => partition,
         };
         let parts = RecordParts {
             partition,
-            key: record.key.as_deref(),
-            value: record.value.as_deref(),
-            headers: &headers,
+            key: record.key,
+            value: record.value,
+            headers: record.headers,
             timestamp_ms: record.timestamp_ms,
         };
         self.enqueue(&topic, parts).await

@@ -2,8 +2,9 @@
 //! each call's promise settled once all its records are acknowledged.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
-use client_ffi::{OrderedProducer, ProducerRecord, RecordMetadata};
+use client_ffi::{OrderedProducer, Packed, PackedHeader, PackedRecord, RecordMetadata};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
@@ -43,18 +44,19 @@ fn invalid(message: &str) -> napi::Error {
     napi::Error::new(Status::InvalidArg, format!("a malformed packed send: {message}"))
 }
 
-/// The bytes at `[start, start + length)` of `data` (`None` for a null length).
-fn bytes_at(data: &[u8], start: u32, length: u32) -> Result<Option<Vec<u8>>> {
+/// The range `[start, start + length)` (`None` for a null length); checked
+/// against the data by `Packed::validate`.
+fn range(start: u32, length: u32) -> Result<Option<Range<usize>>> {
     if length == NULL_LENGTH {
         return Ok(None);
     }
     let end = start.checked_add(length).ok_or_else(|| invalid("a span overflows"))?;
-    data.get(start as usize..end as usize)
-        .map(|bytes| Some(bytes.to_vec()))
-        .ok_or_else(|| invalid("a span past the data"))
+    Ok(Some(start as usize..end as usize))
 }
 
-fn unpack(outgoing: &Outgoing) -> Result<Vec<ProducerRecord>> {
+/// The records of `outgoing` as one `Packed` set: its data copied once, the
+/// rest as ranges (no allocation or copy per record).
+fn unpack(outgoing: &Outgoing) -> Result<Packed> {
     let (index, header_words) = (&outgoing.index[..], &outgoing.headers[..]);
     if index.len() % OUTGOING_STRIDE != 0 || header_words.len() % 4 != 0 {
         return Err(invalid("an index of the wrong length"));
@@ -63,35 +65,32 @@ fn unpack(outgoing: &Outgoing) -> Result<Vec<ProducerRecord>> {
     if outgoing.timestamps.len() != count {
         return Err(invalid("not one timestamp per record"));
     }
-    index
+    let headers = header_words
+        .chunks_exact(4)
+        .map(|span| {
+            let key = range(span[0], span[1])?.ok_or_else(|| invalid("a null header key"))?;
+            Ok(PackedHeader { key, value: range(span[2], span[3])? })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let records = index
         .chunks_exact(OUTGOING_STRIDE)
         .zip(outgoing.timestamps.iter())
         .map(|(words, &timestamp)| {
-            let topic = outgoing.topics.get(words[0] as usize).ok_or_else(|| invalid("an unknown topic position"))?;
             let (first, header_count) = (words[6] as usize, words[7] as usize);
-            let header_spans = first
-                .checked_add(header_count)
-                .and_then(|end| header_words.get(first * 4..end * 4))
-                .ok_or_else(|| invalid("headers past the header index"))?;
-            let headers = header_spans
-                .chunks_exact(4)
-                .map(|span| {
-                    let key =
-                        bytes_at(&outgoing.data, span[0], span[1])?.ok_or_else(|| invalid("a null header key"))?;
-                    let key = String::from_utf8(key).map_err(|_| invalid("a header key that is not UTF-8"))?;
-                    Ok((key, bytes_at(&outgoing.data, span[2], span[3])?))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(ProducerRecord {
-                topic: topic.clone(),
+            let last = first.checked_add(header_count).ok_or_else(|| invalid("headers past the header index"))?;
+            Ok(PackedRecord {
+                topic: words[0] as usize,
                 partition: (words[1] != NULL_LENGTH).then_some(words[1] as i32),
-                key: bytes_at(&outgoing.data, words[2], words[3])?,
-                value: bytes_at(&outgoing.data, words[4], words[5])?,
-                headers,
+                key: range(words[2], words[3])?,
+                value: range(words[4], words[5])?,
+                headers: first..last,
                 timestamp_ms: (timestamp >= 0.0).then_some(timestamp as i64),
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    let packed = Packed { data: outgoing.data.to_vec(), topics: outgoing.topics.clone(), records, headers };
+    packed.validate().map_err(|reason| invalid(&reason))?;
+    Ok(packed)
 }
 
 fn sent(landed: Vec<RecordMetadata>) -> Sent {
@@ -124,7 +123,7 @@ impl NativeProducer {
     /// are not sent).
     #[napi(ts_return_type = "Promise<Sent>")]
     pub fn send<'env>(&self, env: &'env Env, records: Outgoing) -> Result<PromiseRaw<'env, Sent>> {
-        let outcomes = self.inner.send_all(unpack(&records)?).map_err(to_js)?;
+        let outcomes = self.inner.send_packed(unpack(&records)?).map_err(to_js)?;
         // Rejects with the first refusal; records after it were not sent.
         let settled = async move { outcomes.await.into_iter().collect::<std::result::Result<Vec<_>, _>>() };
         promise(env, settled, sent)
