@@ -45,7 +45,7 @@ fn invalid(message: &str) -> napi::Error {
 }
 
 /// The range `[start, start + length)` (`None` for a null length); checked
-/// against the data by `Packed::validate`.
+/// against the data by `OrderedProducer::send_packed`.
 fn range(start: u32, length: u32) -> Result<Option<Range<usize>>> {
     if length == NULL_LENGTH {
         return Ok(None);
@@ -88,9 +88,8 @@ fn unpack(outgoing: &Outgoing) -> Result<Packed> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let packed = Packed { data: outgoing.data.to_vec(), topics: outgoing.topics.clone(), records, headers };
-    packed.validate().map_err(|reason| invalid(&reason))?;
-    Ok(packed)
+    // `send_packed` validates the ranges and positions (once, refusing the call).
+    Ok(Packed { data: outgoing.data.to_vec(), topics: outgoing.topics.clone(), records, headers })
 }
 
 fn sent(landed: Vec<RecordMetadata>) -> Sent {

@@ -11,6 +11,17 @@ const { test } = require('node:test')
 
 const PACKAGE = path.resolve(__dirname, '..')
 
+/** `require('weir')` works in `project` with `env`. */
+function assertLoads(project, env) {
+  const loaded = spawnSync(
+    process.execPath,
+    ['-e', "const w = require('weir'); console.log(w.partitionForKey('a', 16), typeof w.Weir)"],
+    { cwd: project, env, encoding: 'utf8' },
+  )
+  assert.equal(loaded.status, 0, loaded.stderr)
+  assert.match(loaded.stdout, /^\d+ function\n$/)
+}
+
 test('the packed tarball installs and loads without cargo', () => {
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'weir-pack-'))
   const npmCli = fs.realpathSync(spawnSync('sh', ['-c', 'command -v npm'], { encoding: 'utf8' }).stdout.trim())
@@ -40,13 +51,7 @@ test('the packed tarball installs and loads without cargo', () => {
   }
   assert.notEqual(spawnSync('sh', ['-c', 'command -v cargo'], { env }).status, 0, 'cargo is not on the PATH')
   npm(['install', '--no-audit', '--no-fund', '--offline', path.join(work, packed[0].filename)], project, env)
-  const loaded = spawnSync(
-    process.execPath,
-    ['-e', "const w = require('weir'); console.log(w.partitionForKey('a', 16), typeof w.Weir)"],
-    { cwd: project, env, encoding: 'utf8' },
-  )
-  assert.equal(loaded.status, 0, loaded.stderr)
-  assert.match(loaded.stdout, /^\d+ function\n$/)
+  assertLoads(project, env)
   fs.rmSync(work, { recursive: true, force: true })
 })
 
@@ -72,12 +77,6 @@ test('npm install of the source directory builds the addon with cargo', () => {
   })
   assert.equal(installed.status, 0, `npm install ${PACKAGE}: ${installed.stdout}${installed.stderr}`)
   assert.match(installed.stderr + installed.stdout, /building the native addon from source/)
-  const loaded = spawnSync(
-    process.execPath,
-    ['-e', "const w = require('weir'); console.log(w.partitionForKey('a', 16), typeof w.Weir)"],
-    { cwd: project, env, encoding: 'utf8' },
-  )
-  assert.equal(loaded.status, 0, loaded.stderr)
-  assert.match(loaded.stdout, /^\d+ function\n$/)
+  assertLoads(project, env)
   fs.rmSync(work, { recursive: true, force: true })
 })
