@@ -288,6 +288,12 @@ async fn a_transform_routes_and_rekeys_exactly_once_across_a_restart() {
     }
     producer.flush().await;
     drop(producer);
+    // The restart must land while the transform runs: wait for its first batch.
+    support::wait_until("the transform processes records", || async {
+        let transforms = admin.list_transforms().await.unwrap();
+        transforms[0].partitions.iter().map(|partition| partition.processed).sum::<u64>() > 0
+    })
+    .await;
     let before = admin.list_transforms().await.unwrap();
     broker.stop().await;
     let broker = relaxed_broker(temp.path()).await;
