@@ -8,9 +8,10 @@ import (
 )
 
 // The flat little-endian layouts records and deliveries cross the cgo
-// boundary in (one buffer per batch; cgo may not be handed Go memory that
-// holds Go pointers). sdk-go/ffi/src/codec.rs is the other half and
-// documents the layout.
+// boundary in (one buffer per batch going in, as cgo may not be handed Go
+// memory that holds Go pointers; coming out, ranges of the buffers the core
+// fetched records into and an index of them). sdk-go/ffi/src/codec.rs is the
+// other half and documents the layouts.
 
 var le = binary.LittleEndian
 
@@ -144,44 +145,78 @@ func (r *reader) bytes32() []byte {
 	return r.take(int(n))
 }
 
-// decodeRecords reads consumed records. Keys, values and header values point
-// into data (one copy out of the core per batch, none per record); topic
-// names repeat, so each distinct one is allocated once.
-func decodeRecords(data []byte) ([]*Record, error) {
+// nullLength is the length of a null key, value or header value in the
+// views layout.
+const nullLength = math.MaxUint32
+
+// viewWords is the size of one record in the views layout: 9 words, the
+// offset and the timestamp.
+const viewWords = 9*4 + 16
+
+// decodeViews makes consumed records from a views layout and the ranges it
+// names, copied out of the core: keys, values and
+// header values are slices of ranges (one copy per fetched buffer, none per
+// record), capped so an append to one cannot write over the next.
+func decodeViews(data []byte, ranges [][]byte) ([]*Record, error) {
 	r := &reader{buf: data}
+	topics := make([]string, min(int(r.u32()), len(data)))
+	for i := range topics {
+		topics[i] = r.str16()
+	}
+	headerKeys := r.take(int(r.u32()))
 	count := int(r.u32())
-	if count > len(data) {
+	words := r.take(count * viewWords)
+	headerCount := int(r.u32())
+	headerWords := r.take(headerCount * 16)
+	if r.err != nil || len(r.buf) != 0 {
 		return nil, errMalformed
+	}
+	malformed := false
+	field := func(in []byte, start, length uint32) []byte {
+		if length == nullLength {
+			return nil
+		}
+		if length == 0 {
+			return []byte{} // present and empty, even in an empty range
+		}
+		end := uint64(start) + uint64(length)
+		if end > uint64(len(in)) {
+			malformed = true
+			return nil
+		}
+		return in[start:end:end]
 	}
 	records := make([]Record, count)
 	out := make([]*Record, count)
-	var lastTopic string
 	for i := range records {
-		rec := &records[i]
-		topicBytes := r.take(int(r.u16()))
-		if string(topicBytes) != lastTopic {
-			lastTopic = string(topicBytes)
+		w := words[i*viewWords:]
+		topic, position := le.Uint32(w), le.Uint32(w[8:])
+		if uint64(topic) >= uint64(len(topics)) || uint64(position) >= uint64(len(ranges)) {
+			return nil, errMalformed
 		}
-		rec.Topic = lastTopic
-		rec.Partition = int32(r.u32())
-		rec.Offset = int64(r.u64())
-		rec.Timestamp = time.UnixMilli(int64(r.u64()))
-		rec.Key = r.bytes32()
-		rec.Value = r.bytes32()
-		headers := int(r.u32())
-		if headers > len(r.buf) {
+		in := ranges[position]
+		rec := &records[i]
+		rec.Topic = topics[topic]
+		rec.Partition = int32(le.Uint32(w[4:]))
+		rec.Key = field(in, le.Uint32(w[12:]), le.Uint32(w[16:]))
+		rec.Value = field(in, le.Uint32(w[20:]), le.Uint32(w[24:]))
+		first, headers := uint64(le.Uint32(w[28:])), uint64(le.Uint32(w[32:]))
+		rec.Offset = int64(le.Uint64(w[36:]))
+		rec.Timestamp = time.UnixMilli(int64(le.Uint64(w[44:])))
+		if first+headers > uint64(headerCount) {
 			return nil, errMalformed
 		}
 		if headers > 0 {
 			rec.Headers = make([]Header, headers)
 			for h := range rec.Headers {
-				rec.Headers[h].Key = r.str16()
-				rec.Headers[h].Value = r.bytes32()
+				hw := headerWords[(first+uint64(h))*16:]
+				rec.Headers[h].Key = string(field(headerKeys, le.Uint32(hw), le.Uint32(hw[4:])))
+				rec.Headers[h].Value = field(in, le.Uint32(hw[8:]), le.Uint32(hw[12:]))
 			}
 		}
 		out[i] = rec
 	}
-	if r.err != nil || len(r.buf) != 0 {
+	if malformed {
 		return nil, errMalformed
 	}
 	return out, nil

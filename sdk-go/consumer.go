@@ -429,23 +429,40 @@ func (cons *Consumer) Records(ctx context.Context) iter.Seq2[*Record, error] {
 // when that left nothing to hand out but more may be buffered.
 func (cons *Consumer) handOut(max int) (out []*Record, again bool, err error) {
 	cons.mu.Lock()
-	kept := cons.buffered[:0]
-	for _, r := range cons.buffered {
-		if len(out) < max && !cons.paused[TopicPartition{r.Topic, r.Partition}] {
-			out = append(out, r)
-		} else {
-			kept = append(kept, r)
+	if len(cons.paused) == 0 {
+		// Nothing paused: the first max records, without a look-up each.
+		n := min(max, len(cons.buffered))
+		out = make([]*Record, n)
+		copy(out, cons.buffered)
+		rest := copy(cons.buffered, cons.buffered[n:])
+		clear(cons.buffered[rest:])
+		cons.buffered = cons.buffered[:rest]
+	} else {
+		kept := cons.buffered[:0]
+		for _, r := range cons.buffered {
+			if len(out) < max && !cons.paused[TopicPartition{r.Topic, r.Partition}] {
+				out = append(out, r)
+			} else {
+				kept = append(kept, r)
+			}
 		}
+		clear(cons.buffered[len(kept):])
+		cons.buffered = kept
 	}
-	clear(cons.buffered[len(kept):])
-	cons.buffered = kept
 	cons.mu.Unlock()
 	if len(out) == 0 {
 		return nil, false, nil
 	}
+	// Records of a partition come in runs: one map write per run.
 	next := map[TopicPartition]int64{}
-	for _, r := range out {
-		next[TopicPartition{r.Topic, r.Partition}] = r.Offset + 1
+	var last *Record
+	for i, r := range out {
+		if last != nil && (r.Partition != last.Partition || r.Topic != last.Topic) {
+			next[TopicPartition{last.Topic, last.Partition}] = last.Offset + 1
+		}
+		if last = r; i == len(out)-1 {
+			next[TopicPartition{r.Topic, r.Partition}] = r.Offset + 1
+		}
 	}
 	entries := make([][3]any, 0, len(next))
 	for tp, offset := range next {
@@ -533,7 +550,7 @@ func (cons *Consumer) fetched(done completion) error {
 	err := done.err()
 	var records []*Record
 	if err == nil {
-		records, err = decodeRecords(done.data)
+		records, err = decodeViews(done.data, done.ranges)
 	}
 	// Assignment changes first: they drop what is buffered for partitions
 	// that left (records of this fetch may be of a partition that came back:

@@ -22,6 +22,9 @@ type completion struct {
 	kind C.WeirKind
 	code uint16
 	data []byte
+	// Of consumed records: the ranges of the buffers the core fetched them
+	// into (data is the rest of the views layout, which points into these).
+	ranges [][]byte
 	// The engine closed before the call finished.
 	closed bool
 }
@@ -107,6 +110,16 @@ func (e *engine) drain() {
 		done[i].c = completion{kind: item.kind, code: uint16(item.code)}
 		if item.len > 0 {
 			done[i].c.data = append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(item.data)), int(item.len))...)
+		}
+		if item.range_count > 0 {
+			// One copy of each fetched range: records are slices of these.
+			ranges := unsafe.Slice(item.ranges, int(item.range_count))
+			done[i].c.ranges = make([][]byte, len(ranges))
+			for r, got := range ranges {
+				if got.len > 0 {
+					done[i].c.ranges[r] = append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(got.data)), int(got.len))...)
+				}
+			}
 		}
 	}
 	C.weir_completions_free(owner)

@@ -42,23 +42,6 @@ func drainFor(t *testing.T, ctx context.Context, cons *Consumer, quiet time.Dura
 	}
 }
 
-// encodeConsumed writes records in the layout the core's fetches arrive in.
-func encodeConsumed(records []Record) []byte {
-	out := le.AppendUint32(nil, uint32(len(records)))
-	for _, r := range records {
-		out = le.AppendUint16(out, uint16(len(r.Topic)))
-		out = append(out, r.Topic...)
-		out = le.AppendUint32(out, uint32(r.Partition))
-		out = le.AppendUint64(out, uint64(r.Offset))
-		out = le.AppendUint64(out, 0)
-		out = le.AppendUint32(out, ^uint32(0)) // null key
-		out = le.AppendUint32(out, uint32(len(r.Value)))
-		out = append(out, r.Value...)
-		out = le.AppendUint32(out, 0)
-	}
-	return out
-}
-
 // A graceful hand-over delivers no record twice: once a partition was
 // revoked, the records of it the member still buffers are not handed out
 // (its new owner reads them from the commit made on revoke).
@@ -283,8 +266,7 @@ func TestAnInFlightFetchOfAPartitionAssignedAwayIsDropped(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		stale = append(stale, Record{Topic: topic, Partition: 0, Offset: int64(i), Value: []byte(fmt.Sprint(i))})
 	}
-	outcome := completion{data: encodeConsumed(stale)}
-	outcome.kind = 3 // WEIR_KIND_RECORDS
+	outcome := consumedCompletion(stale)
 	inflight := make(chan completion, 1)
 	inflight <- outcome
 	cons.mu.Lock()

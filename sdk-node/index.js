@@ -202,7 +202,7 @@ function pack(batch) {
  * The messages of a native poll's answer. It arrives packed the other way
  * round and uncopied: keys, values and header values are views into
  * `buffers` (the bytes the client core fetched, shared with no one else),
- * with `POLLED_STRIDE` words per record (topic position, partition, buffer
+ * with `POLLED_STRIDE` (the core's `client_ffi::VIEW_STRIDE`) words per record (topic position, partition, buffer
  * position, key start and length, value start and length, first header,
  * header count) and 4 per header (key start and length in `headerKeys`, value
  * start and length in the record's buffer).

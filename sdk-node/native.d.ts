@@ -244,9 +244,9 @@ export interface Polled {
    */
   headerKeys: Buffer
   /**
-   * `POLLED_STRIDE` words per record: topic position, partition, buffer
+   * `VIEW_STRIDE` (9) words per record: topic position, partition, buffer
    * position, key start, key length, value start, value length, first
-   * header, header count (a length of `NULL_LENGTH` is a null key or value).
+   * header, header count (a length of `NULL_LENGTH`, 2^32 - 1, is a null key or value).
    */
   index: Uint32Array
   /**

@@ -13,6 +13,8 @@
 //! - [`ordered`]: sends that never block the caller yet keep call order, bounded
 //!   by `buffer.memory`, and a batch of deliveries settled in one wait.
 //! - [`rebalance`]: assignment changes kept for the binding's own thread.
+//! - [`views`]: a poll's records as ranges of the buffers they were fetched
+//!   into plus flat index arrays, so a binding crosses each buffer once.
 //! - [`error`]: errors as plain `(code, message)` from the one `ErrorCode` table.
 //!
 //! The API is plain data: tokens, codes, strings, byte vectors, records as
@@ -25,6 +27,7 @@ pub mod error;
 pub mod ordered;
 pub mod rebalance;
 pub mod runtime;
+pub mod views;
 
 pub use client::{
     partitioner, Acks, Admin, Consumer, ConsumerConfig, ConsumerRecord as Record, Offset, Producer, ProducerConfig,
@@ -35,3 +38,4 @@ pub use error::{error_codes, Error, ErrorInfo, UNUSABLE};
 pub use ordered::{OrderedProducer, Packed, PackedHeader, PackedRecord};
 pub use rebalance::RebalanceLog;
 pub use runtime::Blocking;
+pub use views::{RecordViews, NULL_LENGTH, VIEW_STRIDE};

@@ -22,7 +22,8 @@ enum WeirKind
   WEIR_KIND_UNIT = 1,
   // Where sent records landed (or why not): the `deliveries` layout.
   WEIR_KIND_DELIVERIES = 2,
-  // Consumed records: the `records` layout.
+  // Consumed records: the `views` layout, whose ranges stay valid until
+  // the completions are freed.
   WEIR_KIND_RECORDS = 3,
   // An offset: 8 bytes, little-endian `i64`; 0 bytes for none.
   WEIR_KIND_OFFSET = 4,
@@ -72,6 +73,12 @@ typedef struct WeirProducer WeirProducer;
 // The completion queue calls report to.
 typedef struct WeirQueue WeirQueue;
 
+// Bytes the client core owns.
+typedef struct {
+  const uint8_t *data;
+  size_t len;
+} WeirRange;
+
 // One finished call.
 typedef struct {
   // The token the call was started with.
@@ -82,6 +89,10 @@ typedef struct {
   // Valid until the `WeirCompletions` they came in is freed.
   const uint8_t *data;
   size_t len;
+  // Of a `WeirKind::Records`: the ranges of the fetched buffers the
+  // records lie in, which `data` names by position. Valid as `data` is.
+  const WeirRange *ranges;
+  size_t range_count;
 } WeirCompletion;
 
 // The `ErrorCode` of `error` (0: the binding layer cannot run here).

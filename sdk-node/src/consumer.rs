@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use client_ffi::{Offset, RebalanceLog, Record};
+use client_ffi::{Offset, RebalanceLog, Record, RecordViews};
 use napi::bindgen_prelude::*;
 use napi::{check_status, sys};
 use napi_derive::napi;
@@ -31,9 +31,9 @@ pub struct Polled {
     /// Every header key, back to back (header keys are decoded to strings by
     /// the core, so these are copies; most records have none).
     pub header_keys: Buffer,
-    /// `POLLED_STRIDE` words per record: topic position, partition, buffer
+    /// `VIEW_STRIDE` (9) words per record: topic position, partition, buffer
     /// position, key start, key length, value start, value length, first
-    /// header, header count (a length of `NULL_LENGTH` is a null key or value).
+    /// header, header count (a length of `NULL_LENGTH`, 2^32 - 1, is a null key or value).
     pub index: Uint32Array,
     /// 4 words per header: key start and length (in `headerKeys`), value start
     /// and length (in the record's buffer).
@@ -42,11 +42,6 @@ pub struct Polled {
     /// Milliseconds since the epoch.
     pub timestamps: BigInt64Array,
 }
-
-/// Words per record in [`Polled::index`].
-pub const POLLED_STRIDE: usize = 9;
-/// The length of a null key, value or header value.
-pub const NULL_LENGTH: u32 = u32::MAX;
 
 /// Ranges of fetched buffers, each becoming one external `Buffer` that keeps
 /// its `Bytes` (and so the whole fetched allocation) alive until collected.
@@ -90,145 +85,16 @@ impl ToNapiValue for Shared {
     }
 }
 
-/// Where the fetched buffers of a poll's records are, and which range of
-/// each the records use.
-#[derive(Default)]
-struct Ranges {
-    /// (the buffer, the lowest start used, the highest end used).
-    buffers: Vec<(Bytes, usize, usize)>,
-}
-
-impl Ranges {
-    /// The position of `buffer`, its range widened to take `spans`.
-    fn take(&mut self, buffer: &Bytes, spans: &[(usize, usize)]) -> usize {
-        let same = |entry: &(Bytes, usize, usize)| entry.0.as_ptr() == buffer.as_ptr() && entry.0.len() == buffer.len();
-        // Records of one fetch come together: the last buffer is almost always it.
-        let position = match self.buffers.iter().rposition(same) {
-            Some(position) => position,
-            None => {
-                self.buffers.push((buffer.clone(), usize::MAX, 0));
-                self.buffers.len() - 1
-            }
-        };
-        let entry = &mut self.buffers[position];
-        for (start, length) in spans {
-            entry.1 = entry.1.min(*start);
-            entry.2 = entry.2.max(start + length);
-        }
-        position
-    }
-}
-
-/// The key, the value and the header values of a record, in that order.
-fn fields(record: &Record) -> impl Iterator<Item = Option<&Bytes>> {
-    let header_values = record.headers.iter().map(|(_, value)| value.as_ref());
-    [record.key.as_ref(), record.value.as_ref()].into_iter().chain(header_values)
-}
-
-/// Where a record's fields are handed out from.
-enum Placement {
-    /// Views into the shared buffer at this position of `Ranges::buffers`.
-    Shared(usize),
-    /// Copies in the poll's own buffer (a record whose fields do not all lie
-    /// in its `buffer()`: never one a consumer decoded).
-    Copied,
-}
-
 fn polled(records: Vec<Record>) -> Result<Polled> {
-    let mut ranges = Ranges::default();
-    let placements: Vec<Placement> = records
-        .iter()
-        .map(|record| {
-            let spans: Option<Vec<(usize, usize)>> = fields(record).flatten().map(|field| record.span(field)).collect();
-            match spans {
-                Some(spans) => Placement::Shared(ranges.take(record.buffer(), &spans)),
-                None => Placement::Copied,
-            }
-        })
-        .collect();
-    for (_, low, high) in &ranges.buffers {
-        if high.saturating_sub(*low) >= NULL_LENGTH as usize {
-            return Err(napi::Error::new(Status::GenericFailure, "a poll answered more than 4 GiB of records"));
-        }
-    }
-    let too_big = || napi::Error::new(Status::GenericFailure, "a poll answered more than 4 GiB of copied records");
-    let mut copied: Vec<u8> = Vec::new();
-    let copied_position = ranges.buffers.len();
-    // (start, length) of `field` where its placement hands it out from.
-    let mut place = |record: &Record, placement: &Placement, field: Option<&Bytes>| -> Result<[u32; 2]> {
-        let Some(field) = field else { return Ok([0, NULL_LENGTH]) };
-        match placement {
-            Placement::Shared(position) => {
-                let (start, length) = record.span(field).expect("checked when the placement was chosen");
-                Ok([(start - ranges.buffers[*position].1) as u32, length as u32])
-            }
-            Placement::Copied => {
-                if copied.len() + field.len() >= NULL_LENGTH as usize {
-                    return Err(too_big());
-                }
-                let start = copied.len() as u32;
-                copied.extend_from_slice(field);
-                Ok([start, field.len() as u32])
-            }
-        }
-    };
-    let mut topics: Vec<String> = Vec::new();
-    let mut header_keys = Vec::new();
-    let mut index = Vec::with_capacity(records.len() * POLLED_STRIDE);
-    let mut headers = Vec::new();
-    let mut offsets = Vec::with_capacity(records.len());
-    let mut timestamps = Vec::with_capacity(records.len());
-    for (record, placement) in records.iter().zip(&placements) {
-        let topic = match topics.iter().position(|topic| **topic == *record.topic) {
-            Some(position) => position,
-            None => {
-                topics.push(record.topic.to_string());
-                topics.len() - 1
-            }
-        };
-        let key = place(record, placement, record.key.as_ref())?;
-        let value = place(record, placement, record.value.as_ref())?;
-        let first_header = (headers.len() / 4) as u32;
-        for (header_key, header_value) in &record.headers {
-            if header_keys.len() + header_key.len() >= NULL_LENGTH as usize {
-                return Err(napi::Error::new(Status::GenericFailure, "a poll answered more than 4 GiB of header keys"));
-            }
-            headers.extend([header_keys.len() as u32, header_key.len() as u32]);
-            header_keys.extend_from_slice(header_key.as_bytes());
-            headers.extend(place(record, placement, header_value.as_ref())?);
-        }
-        let position = match placement {
-            Placement::Shared(position) => *position,
-            Placement::Copied => copied_position,
-        };
-        index.extend([
-            topic as u32,
-            record.partition as u32,
-            position as u32,
-            key[0],
-            key[1],
-            value[0],
-            value[1],
-            first_header,
-            record.headers.len() as u32,
-        ]);
-        offsets.push(record.offset);
-        timestamps.push(record.timestamp_ms);
-    }
-    let mut buffers: Vec<Bytes> = ranges
-        .buffers
-        .into_iter()
-        .map(|(bytes, low, high)| if low >= high { Bytes::new() } else { bytes.slice(low..high) })
-        .collect();
-    buffers.push(Bytes::from(copied));
+    let views = RecordViews::new(&records).map_err(to_js)?;
     Ok(Polled {
-        topics,
-        buffers: Shared(buffers),
-        header_keys: Buffer::from(header_keys),
-        index: Uint32Array::new(index),
-        headers: Uint32Array::new(headers),
-        offsets: BigInt64Array::new(offsets),
-        timestamps: BigInt64Array::new(timestamps),
+        topics: views.topics,
+        buffers: Shared(views.buffers),
+        header_keys: Buffer::from(views.header_keys),
+        index: Uint32Array::new(views.index),
+        headers: Uint32Array::new(views.headers),
+        offsets: BigInt64Array::new(views.offsets),
+        timestamps: BigInt64Array::new(views.timestamps),
     })
 }
 

@@ -4,11 +4,10 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use client_ffi::{OrderedProducer, Packed, PackedHeader, PackedRecord, RecordMetadata};
+use client_ffi::{OrderedProducer, Packed, PackedHeader, PackedRecord, RecordMetadata, NULL_LENGTH};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use crate::consumer::NULL_LENGTH;
 use crate::{client_err, promise, settings, to_js};
 
 /// Words per record in [`Outgoing::index`].

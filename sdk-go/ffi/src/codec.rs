@@ -2,9 +2,11 @@
 //!
 //! cgo may hand C a pointer to Go memory only when that memory holds no Go
 //! pointers, so a batch of records cannot cross as an array of structs
-//! pointing at Go byte slices. Both directions use one flat little-endian
-//! buffer instead, which Go writes and parses with `encoding/binary` (one cgo
-//! call per batch, no per-record call). `sdk-go/codec.go` is the other half.
+//! pointing at Go byte slices. Both directions use flat little-endian buffers
+//! instead, which Go writes and parses with `encoding/binary` (one cgo call
+//! per batch, no per-record call). `sdk-go/codec.go` is the other half.
+//!
+//! Going in (produce), one buffer holds the records and their bytes:
 //!
 //! ```text
 //! records    := count:u32 record*
@@ -13,15 +15,37 @@
 //! header     := key:str16 value:bytes32
 //! str16      := len:u16 utf8[len]
 //! bytes32    := len:i32 byte[len]          (len -1: null)
+//! ```
+//!
+//! `partition` -1 means the topic's partitioner, `offset` is ignored,
+//! `timestamp` `i64::MIN` means now.
+//!
+//! Coming out (consume), records are not copied into a buffer of their own:
+//! the completion's `ranges` are the ranges of the buffers the core fetched
+//! them into (alive until the completions are freed; Go copies each range
+//! once into its heap), and its data describes each record as positions in
+//! them, as [`client_ffi::RecordViews`] lays them out:
+//!
+//! ```text
+//! views      := topic_count:u32 str16*
+//!               header_keys_length:u32 byte*
+//!               record_count:u32 (word:u32[9] offset:i64 timestamp:i64)*
+//!               header_count:u32 (word:u32[4])*
+//! ```
+//!
+//! A record's words are `RecordViews::index`'s (topic position, partition,
+//! range position, key start and length, value start and length, first
+//! header, header count); a header's are `RecordViews::headers`' (key start
+//! and length in `header_keys`, value start and length in its record's
+//! range). A length of 2^32 - 1 is null.
+//!
+//! ```text
 //! deliveries := count:u32 delivery*
 //! delivery   := 1:u8 topic:str16 partition:i32 offset:i64 timestamp:i64
 //!             | 0:u8 code:u16 message:bytes32
 //! ```
-//!
-//! Going in (produce): `partition` -1 means the topic's partitioner, `offset`
-//! is ignored, `timestamp` `i64::MIN` means now.
 
-use client_ffi::{Error, ProducerRecord, Record, RecordMetadata};
+use client_ffi::{Error, ProducerRecord, RecordMetadata, RecordViews, VIEW_STRIDE};
 
 use client::ErrorCode;
 
@@ -74,36 +98,31 @@ pub fn decode_records(buffer: &[u8]) -> Result<Vec<ProducerRecord>, Error> {
     Ok(records)
 }
 
-/// Writes consumed records in the shared layout.
-pub fn encode_records(records: &[Record]) -> Vec<u8> {
-    let size: usize = records
-        .iter()
-        .map(|record| {
-            let headers: usize = record
-                .headers
-                .iter()
-                .map(|(key, value)| 6 + key.len() + value.as_ref().map_or(0, |value| value.len()))
-                .sum();
-            34 + record.topic.len()
-                + record.key.as_ref().map_or(0, |key| key.len())
-                + record.value.as_ref().map_or(0, |value| value.len())
-                + headers
-        })
-        .sum();
-    let mut out = Vec::with_capacity(4 + size);
-    put_u32(&mut out, records.len());
-    for record in records {
-        put_str16(&mut out, &record.topic);
-        out.extend_from_slice(&record.partition.to_le_bytes());
-        out.extend_from_slice(&record.offset.to_le_bytes());
-        out.extend_from_slice(&record.timestamp_ms.to_le_bytes());
-        put_bytes32(&mut out, record.key.as_deref());
-        put_bytes32(&mut out, record.value.as_deref());
-        put_u32(&mut out, record.headers.len());
-        for (key, value) in &record.headers {
-            put_str16(&mut out, key);
-            put_bytes32(&mut out, value.as_deref());
+/// Writes consumed records' views (their ranges, `views.buffers`, cross
+/// beside them).
+pub fn encode_views(views: &RecordViews) -> Vec<u8> {
+    let topics: usize = views.topics.iter().map(|topic| 2 + topic.len()).sum();
+    let mut out = Vec::with_capacity(
+        16 + topics + views.header_keys.len() + views.len() * (VIEW_STRIDE * 4 + 16) + views.headers.len() * 4,
+    );
+    put_u32(&mut out, views.topics.len());
+    for topic in &views.topics {
+        put_str16(&mut out, topic);
+    }
+    put_u32(&mut out, views.header_keys.len());
+    out.extend_from_slice(&views.header_keys);
+    put_u32(&mut out, views.len());
+    for ((words, offset), timestamp) in views.index.chunks_exact(VIEW_STRIDE).zip(&views.offsets).zip(&views.timestamps)
+    {
+        for word in words {
+            out.extend_from_slice(&word.to_le_bytes());
         }
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&timestamp.to_le_bytes());
+    }
+    put_u32(&mut out, views.headers.len() / 4);
+    for word in &views.headers {
+        out.extend_from_slice(&word.to_le_bytes());
     }
     out
 }
@@ -207,39 +226,57 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+    use client_ffi::Record;
+
     use super::*;
 
-    fn encoded(records: &[Record]) -> Vec<u8> {
-        encode_records(records)
+    /// The produce layout of one record, written as the Go side does.
+    fn produced(
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&str, Option<&[u8]>)],
+    ) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_u32(&mut out, 1);
+        put_str16(&mut out, topic);
+        out.extend_from_slice(&partition.to_le_bytes());
+        out.extend_from_slice(&0i64.to_le_bytes());
+        out.extend_from_slice(&timestamp.to_le_bytes());
+        put_bytes32(&mut out, key);
+        put_bytes32(&mut out, value);
+        put_u32(&mut out, headers.len());
+        for (key, value) in headers {
+            put_str16(&mut out, key);
+            put_bytes32(&mut out, *value);
+        }
+        out
     }
 
     #[test]
-    fn consumed_records_read_back_as_produced_ones() {
-        let mut first = Record::new("t", 3, 1 << 60, 1_700_000_000_000);
-        first.value = Some(b"v".to_vec().into());
-        first.headers = vec![("h".into(), None), ("é".into(), Some(b"x".to_vec().into()))];
-        let mut second = Record::new("other", 0, 0, -5);
-        second.key = Some(Vec::new().into());
-        let records = vec![first, second];
-        let back = decode_records(&encoded(&records)).expect("decodes");
-        assert_eq!(back.len(), 2);
+    fn produced_records_read_back() {
+        let headers: [(&str, Option<&[u8]>); 2] = [("h", None), ("é", Some(b"x"))];
+        let back = decode_records(&produced("t", 3, 1_700_000_000_000, None, Some(b"v"), &headers)).expect("decodes");
+        assert_eq!(back.len(), 1);
         assert_eq!(back[0].topic, "t");
         assert_eq!(back[0].partition, Some(3));
         assert_eq!(back[0].key, None);
         assert_eq!(back[0].value.as_deref(), Some(&b"v"[..]));
         assert_eq!(back[0].headers, vec![("h".to_owned(), None), ("é".to_owned(), Some(b"x".to_vec()))]);
         assert_eq!(back[0].timestamp_ms, Some(1_700_000_000_000));
-        assert_eq!(back[1].key.as_deref(), Some(&b""[..]));
-        assert_eq!(back[1].value, None);
-        assert_eq!(back[1].timestamp_ms, Some(-5));
+        let back = decode_records(&produced("o", -1, WEIR_TIMESTAMP_NOW, Some(b""), None, &[])).expect("decodes");
+        assert_eq!(back[0].partition, None);
+        assert_eq!(back[0].key.as_deref(), Some(&b""[..]));
+        assert_eq!(back[0].value, None);
+        assert_eq!(back[0].timestamp_ms, None);
     }
 
     #[test]
     fn malformed_buffers_are_refused_not_trusted() {
-        let mut record = Record::new("t", 0, 0, 0);
-        record.key = Some(b"k".to_vec().into());
-        record.value = Some(b"v".to_vec().into());
-        let good = encoded(&[record]);
+        let good = produced("t", 0, 0, Some(b"k"), Some(b"v"), &[]);
         for cut in 0..good.len() {
             let error = decode_records(&good[..cut]).expect_err("a truncated buffer is refused");
             assert_eq!(error.code, ErrorCode::InvalidRequest.as_u16());
@@ -253,6 +290,36 @@ mod tests {
         let mut bad_partition = good;
         bad_partition[7..11].copy_from_slice(&(-7i32).to_le_bytes());
         assert!(decode_records(&bad_partition).is_err());
+    }
+
+    #[test]
+    fn views_carry_every_word() {
+        let mut first = Record::new("t", 3, 1 << 60, 1_700_000_000_000);
+        first.value = Some(Bytes::from_static(b"value"));
+        first.headers = vec![("hk".into(), Some(Bytes::from_static(b"x")))];
+        let second = Record::new("other", 1, 2, -5);
+        let views = RecordViews::new(&[first, second]).expect("lays out");
+        let encoded = encode_views(&views);
+        let mut reader = Reader { buffer: &encoded, at: 0 };
+        assert_eq!(&views.buffers.last().unwrap()[..], b"valuex", "the copies");
+        assert_eq!(reader.u32().unwrap(), 2);
+        assert_eq!(reader.str16().unwrap(), "t");
+        assert_eq!(reader.str16().unwrap(), "other");
+        let keys = reader.u32().unwrap() as usize;
+        assert_eq!(reader.take(keys).unwrap(), b"hk");
+        assert_eq!(reader.u32().unwrap(), 2);
+        for record in 0..2 {
+            for word in 0..VIEW_STRIDE {
+                assert_eq!(reader.u32().unwrap(), views.index[record * VIEW_STRIDE + word]);
+            }
+            assert_eq!(reader.i64().unwrap(), views.offsets[record]);
+            assert_eq!(reader.i64().unwrap(), views.timestamps[record]);
+        }
+        assert_eq!(reader.u32().unwrap(), 1);
+        for word in 0..4 {
+            assert_eq!(reader.u32().unwrap(), views.headers[word]);
+        }
+        assert_eq!(reader.at, encoded.len());
     }
 
     #[test]

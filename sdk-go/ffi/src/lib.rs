@@ -16,16 +16,19 @@
 //!   `WeirQueue` whose file descriptor becomes readable. The Go side watches it
 //!   with its own poller and drains it; no thread of the core calls into Go.
 //! - **Bytes in** are `(pointer, length)` pairs read only during the call;
-//!   records cross as one flat buffer (`codec`). **Bytes out** live in the
-//!   drained `WeirCompletions` (or a returned string) until their free.
+//!   records to send cross as one flat buffer (`codec`). **Bytes out** live
+//!   in the drained `WeirCompletions` (or a returned string) until their
+//!   free; consumed records are not copied into them but named as ranges of
+//!   the buffers the core fetched them into, which the completions keep alive.
 
 use std::ffi::{c_char, c_int, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use client::ErrorCode;
-use client_ffi::{Completion, CompletionQueue, Error, Offset, OrderedProducer, RebalanceLog};
+use client_ffi::{Completion, CompletionQueue, Error, Offset, OrderedProducer, RebalanceLog, RecordViews};
 
 mod admin;
 pub mod codec;
@@ -73,7 +76,8 @@ pub enum WeirKind {
     Unit = 1,
     /// Where sent records landed (or why not): the `deliveries` layout.
     Deliveries = 2,
-    /// Consumed records: the `records` layout.
+    /// Consumed records: the `views` layout, whose ranges stay valid until
+    /// the completions are freed.
     Records = 3,
     /// An offset: 8 bytes, little-endian `i64`; 0 bytes for none.
     Offset = 4,
@@ -93,6 +97,18 @@ pub struct WeirCompletion {
     /// Valid until the `WeirCompletions` they came in is freed.
     pub data: *const u8,
     pub len: usize,
+    /// Of a `WeirKind::Records`: the ranges of the fetched buffers the
+    /// records lie in, which `data` names by position. Valid as `data` is.
+    pub ranges: *const WeirRange,
+    pub range_count: usize,
+}
+
+/// Bytes the client core owns.
+#[repr(C)]
+#[derive(Debug)]
+pub struct WeirRange {
+    pub data: *const u8,
+    pub len: usize,
 }
 
 /// A drained set of completions and the bytes they point into.
@@ -100,6 +116,29 @@ pub struct WeirCompletion {
 pub struct WeirCompletions {
     items: Vec<WeirCompletion>,
     _buffers: Vec<Vec<u8>>,
+    /// The ranges `Records` completions name and the fetched buffers they
+    /// lie in.
+    _ranges: Vec<(Vec<WeirRange>, Vec<Bytes>)>,
+}
+
+/// A completion as the bytes Go reads.
+#[derive(Debug)]
+struct Flat {
+    kind: WeirKind,
+    code: u32,
+    data: Vec<u8>,
+    /// What `data` points into (the ranges of a `Records` completion).
+    keep: Vec<Bytes>,
+}
+
+impl Flat {
+    fn new(kind: WeirKind, data: Vec<u8>) -> Flat {
+        Flat { kind, code: 0, data, keep: Vec::new() }
+    }
+
+    fn error(error: Error) -> Flat {
+        Flat { kind: WeirKind::Error, code: u32::from(error.code), data: error.message.into_bytes(), keep: Vec::new() }
+    }
 }
 
 fn error_ptr(error: Error) -> *mut WeirError {
@@ -328,45 +367,50 @@ pub unsafe extern "C" fn weir_queue_drain(
 /// `done` flattened item by item: an item whose `flatten` panics becomes an
 /// `UnknownServerError` completion for its token (its caller still hears back),
 /// and the others are kept.
-fn completions(
-    done: Vec<(u64, Completion)>,
-    flatten: impl Fn(Completion) -> (WeirKind, u32, Vec<u8>),
-) -> WeirCompletions {
+fn completions(done: Vec<(u64, Completion)>, flatten: impl Fn(Completion) -> Flat) -> WeirCompletions {
+    let mut items = Vec::with_capacity(done.len());
     let mut buffers = Vec::with_capacity(done.len());
-    let mut kinds = Vec::with_capacity(done.len());
+    let mut ranges = Vec::new();
     for (token, completion) in done {
-        let (kind, code, buffer) = catch_unwind(AssertUnwindSafe(|| flatten(completion))).unwrap_or_else(|payload| {
-            let error = panicked(payload.as_ref());
-            (WeirKind::Error, u32::from(error.code), error.message.into_bytes())
-        });
-        kinds.push((token, kind, code));
-        buffers.push(buffer);
-    }
-    let items = kinds
-        .into_iter()
-        .zip(&buffers)
-        .map(|((token, kind, code), buffer)| WeirCompletion {
+        let flat = catch_unwind(AssertUnwindSafe(|| flatten(completion)))
+            .unwrap_or_else(|payload| Flat::error(panicked(payload.as_ref())));
+        let table: Vec<WeirRange> =
+            flat.keep.iter().map(|bytes| WeirRange { data: bytes.as_ptr(), len: bytes.len() }).collect();
+        // Moving a Vec does not move its heap buffer: these pointers stay valid.
+        items.push(WeirCompletion {
             token,
-            kind,
-            code,
-            data: buffer.as_ptr(),
-            len: buffer.len(),
-        })
-        .collect();
-    WeirCompletions { items, _buffers: buffers }
+            kind: flat.kind,
+            code: flat.code,
+            data: flat.data.as_ptr(),
+            len: flat.data.len(),
+            ranges: if table.is_empty() { std::ptr::null() } else { table.as_ptr() },
+            range_count: table.len(),
+        });
+        buffers.push(flat.data);
+        if !table.is_empty() {
+            ranges.push((table, flat.keep));
+        }
+    }
+    WeirCompletions { items, _buffers: buffers, _ranges: ranges }
 }
 
-fn flatten(completion: Completion) -> (WeirKind, u32, Vec<u8>) {
+fn flatten(completion: Completion) -> Flat {
     match completion {
-        Completion::Unit => (WeirKind::Unit, 0, Vec::new()),
-        Completion::Metadata(metadata) => (WeirKind::Deliveries, 0, codec::encode_deliveries(&[Ok(metadata)])),
-        Completion::Records(records) => (WeirKind::Records, 0, codec::encode_records(&records)),
+        Completion::Unit => Flat::new(WeirKind::Unit, Vec::new()),
+        Completion::Metadata(metadata) => Flat::new(WeirKind::Deliveries, codec::encode_deliveries(&[Ok(metadata)])),
+        Completion::Records(records) => match RecordViews::new(&records) {
+            Ok(views) => {
+                let data = codec::encode_views(&views);
+                Flat { keep: views.buffers, ..Flat::new(WeirKind::Records, data) }
+            }
+            Err(error) => Flat::error(error),
+        },
         Completion::Offset(offset) => {
-            (WeirKind::Offset, 0, offset.map(|offset| offset.to_le_bytes().to_vec()).unwrap_or_default())
+            Flat::new(WeirKind::Offset, offset.map(|offset| offset.to_le_bytes().to_vec()).unwrap_or_default())
         }
-        Completion::Deliveries(deliveries) => (WeirKind::Deliveries, 0, codec::encode_deliveries(&deliveries)),
-        Completion::Json(json) => (WeirKind::Json, 0, json.into_bytes()),
-        Completion::Error(error) => (WeirKind::Error, u32::from(error.code), error.message.into_bytes()),
+        Completion::Deliveries(deliveries) => Flat::new(WeirKind::Deliveries, codec::encode_deliveries(&deliveries)),
+        Completion::Json(json) => Flat::new(WeirKind::Json, json.into_bytes()),
+        Completion::Error(error) => Flat::error(error),
     }
 }
 
@@ -981,6 +1025,22 @@ mod tests {
         // SAFETY: as above.
         let offset = unsafe { std::slice::from_raw_parts(drained.items[2].data, drained.items[2].len) };
         assert_eq!(offset, 9i64.to_le_bytes());
+    }
+
+    #[test]
+    fn consumed_records_cross_as_ranges_the_completions_keep() {
+        let mut record = client_ffi::Record::new("t", 0, 5, 1);
+        record.value = Some(Bytes::from_static(b"value"));
+        let drained = completions(vec![(7, Completion::Records(vec![record])), (8, Completion::Unit)], flatten);
+        let item = &drained.items[0];
+        assert_eq!((item.token, item.kind), (7, WeirKind::Records));
+        assert_eq!(item.range_count, 1, "the poll's copies");
+        // SAFETY: ranges/range_count and each range describe memory drained owns.
+        let range = unsafe { &*item.ranges };
+        // SAFETY: as above.
+        assert_eq!(unsafe { std::slice::from_raw_parts(range.data, range.len) }, b"value");
+        assert!(drained.items[1].ranges.is_null());
+        assert_eq!(drained.items[1].range_count, 0);
     }
 
     #[test]
