@@ -15,6 +15,9 @@
 //! - [`rebalance`]: assignment changes kept for the binding's own thread.
 //! - [`views`]: a poll's records as ranges of the buffers they were fetched
 //!   into plus flat index arrays, so a binding crosses each buffer once.
+//! - `allocator`: glibc's malloc thresholds fixed when the runtime starts, so
+//!   fetched answers do not land in freshly faulted pages (`WEIR_MALLOC_TUNING=off`
+//!   opts out).
 //! - [`error`]: errors as plain `(code, message)` from the one `ErrorCode` table.
 //!
 //! The API is plain data: tokens, codes, strings, byte vectors, records as
@@ -22,6 +25,7 @@
 //! handles (`Producer`, `Consumer`, `Admin`) are re-exported for the calls a
 //! binding makes through [`runtime::Blocking`] or [`completion::Sink::spawn`].
 
+mod allocator;
 pub mod completion;
 pub mod error;
 pub mod ordered;

@@ -24,6 +24,7 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime, Error> {
     let (runtime, pid) = match RUNTIME.get() {
         Some(entry) => entry,
         None => {
+            crate::allocator::tune();
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(WORKER_THREADS)
                 .thread_name("weir-client")
