@@ -154,9 +154,9 @@ const nullLength = math.MaxUint32
 const viewWords = 9*4 + 16
 
 // decodeViews makes consumed records from a views layout and the ranges it
-// names, copied out of the core: keys, values and
-// header values are slices of ranges (one copy per fetched buffer, none per
-// record), capped so an append to one cannot write over the next.
+// names, copied out of the core: keys, values and header values are slices
+// of the ranges (one copy per fetched buffer, none per record), capped so an
+// append to one cannot write over the next.
 func decodeViews(data []byte, ranges [][]byte) ([]*Record, error) {
 	r := &reader{buf: data}
 	topics := make([]string, min(int(r.u32()), len(data)))

@@ -23,7 +23,7 @@ type completion struct {
 	code uint16
 	data []byte
 	// Of consumed records: the ranges of the buffers the core fetched them
-	// into (data is the rest of the views layout, which points into these).
+	// into, copied (data is the views layout, whose positions are in these).
 	ranges [][]byte
 	// The engine closed before the call finished.
 	closed bool

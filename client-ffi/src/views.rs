@@ -56,7 +56,8 @@ impl RecordViews {
             .map(|record| {
                 // The range of its buffer the record's fields cover, if they all lie in it.
                 let (mut low, mut high) = (usize::MAX, 0);
-                for field in fields(record).flatten() {
+                // An empty field is `Bytes::new()`, in no buffer: it needs no range.
+                for field in fields(record).flatten().filter(|field| !field.is_empty()) {
                     let Some((start, length)) = record.span(field) else { return Placement::Copied };
                     (low, high) = (low.min(start), high.max(start + length));
                 }
@@ -73,6 +74,9 @@ impl RecordViews {
         // (start, length) of `field` where its placement hands it out from.
         let mut place = |record: &Record, placement: &Placement, field: Option<&Bytes>| -> Result<[u32; 2], Error> {
             let Some(field) = field else { return Ok([0, NULL_LENGTH]) };
+            if field.is_empty() {
+                return Ok([0, 0]);
+            }
             match placement {
                 Placement::Shared(position) => {
                     let (start, length) = record.span(field).expect("checked when the placement was chosen");
