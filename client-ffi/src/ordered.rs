@@ -262,12 +262,7 @@ impl OrderedProducer {
         &self,
         records: Vec<ProducerRecord>,
     ) -> Result<impl Future<Output = Vec<Result<RecordMetadata, Error>>> + Send + 'static, Error> {
-        let (sender, receiver) = oneshot::channel();
-        let count = records.len();
-        self.submit(Job::SendAll(records, sender))?;
-        Ok(async move {
-            receiver.await.unwrap_or_else(|_| (0..count).map(|_| Err(Error::from(ClientError::Closed))).collect())
-        })
+        self.call(records.len(), |reply| Job::SendAll(records, reply))
     }
 
     /// [`OrderedProducer::send_all`] of records packed in one buffer (refused
@@ -279,9 +274,18 @@ impl OrderedProducer {
         packed.validate().map_err(|reason| {
             Error::new(client::ErrorCode::InvalidRequest, format!("malformed packed records: {reason}"))
         })?;
+        self.call(packed.records.len(), |reply| Job::SendPacked(packed, reply))
+    }
+
+    /// Submits the job `job` makes of a reply channel for `count` outcomes;
+    /// the future gives them (all `Closed` if the producer task is gone).
+    fn call(
+        &self,
+        count: usize,
+        job: impl FnOnce(oneshot::Sender<Vec<Result<RecordMetadata, Error>>>) -> Job,
+    ) -> Result<impl Future<Output = Vec<Result<RecordMetadata, Error>>> + Send + 'static, Error> {
         let (sender, receiver) = oneshot::channel();
-        let count = packed.records.len();
-        self.submit(Job::SendPacked(packed, sender))?;
+        self.submit(job(sender))?;
         Ok(async move {
             receiver.await.unwrap_or_else(|_| (0..count).map(|_| Err(Error::from(ClientError::Closed))).collect())
         })
@@ -323,26 +327,16 @@ async fn run(producer: Producer, mut jobs: mpsc::UnboundedReceiver<Job>, queued:
             Job::SendAll(records, done) => {
                 let mut deliveries = Deliveries::with_capacity(records.len());
                 for record in records {
-                    let outcome = match deliveries.refusal() {
-                        Some(refusal) => Err(refusal),
-                        None => producer.send(record).await.map_err(Error::from),
-                    };
-                    deliveries.push(outcome);
+                    deliveries.offer(|| producer.send(record)).await;
                 }
                 deliveries.settle(done);
             }
             Job::SendPacked(packed, done) => {
                 let mut deliveries = Deliveries::with_capacity(packed.records.len());
                 for index in 0..packed.records.len() {
-                    let outcome = match deliveries.refusal() {
-                        Some(refusal) => Err(refusal),
-                        None => {
-                            // Allocates only for a record with headers.
-                            let mut headers = Vec::new();
-                            producer.send_ref(packed.record(index, &mut headers)).await.map_err(Error::from)
-                        }
-                    };
-                    deliveries.push(outcome);
+                    // Allocates only for a record with headers.
+                    let mut headers = Vec::new();
+                    deliveries.offer(|| producer.send_ref(packed.record(index, &mut headers))).await;
                 }
                 deliveries.settle(done);
             }
@@ -371,15 +365,19 @@ impl Deliveries {
         Deliveries { deliveries: Vec::with_capacity(count), refused: None }
     }
 
-    /// The outcome of a record after the first refusal, if there was one.
-    fn refusal(&self) -> Option<Error> {
-        self.refused.as_ref().map(|first| Error {
-            message: format!("not sent: an earlier record of the call was refused ({})", first.message),
-            ..first.clone()
-        })
-    }
-
-    fn push(&mut self, outcome: Result<DeliveryFuture, Error>) {
+    /// Sends the next record of the call with `send`, unless an earlier one
+    /// was refused: then it is not sent, and its outcome says why.
+    async fn offer<F>(&mut self, send: impl FnOnce() -> F)
+    where
+        F: Future<Output = Result<DeliveryFuture, ClientError>>,
+    {
+        let outcome = match &self.refused {
+            Some(first) => Err(Error {
+                message: format!("not sent: an earlier record of the call was refused ({})", first.message),
+                ..first.clone()
+            }),
+            None => send().await.map_err(Error::from),
+        };
         if let (None, Err(error)) = (&self.refused, &outcome) {
             self.refused = Some(error.clone());
         }
