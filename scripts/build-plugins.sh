@@ -2,7 +2,9 @@
 # Builds the plugin SDK and the first-party plugins (plugins/) as WebAssembly
 # components into target/plugins/wasm32-wasip2/release/*.wasm — what the
 # plugin tests load — after checking their formatting and lints and running the
-# SDK's own unit tests on the host.
+# SDK's own unit tests on the host. Then the Python and JavaScript example
+# plugins (plugins/python, plugins/js) with componentize-py and componentize-js,
+# installed into target/plugins/python-venv and plugins/js/node_modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,4 +17,31 @@ cargo fmt --manifest-path "$manifest" --all -- --check
 cargo clippy --manifest-path "$manifest" --locked --target wasm32-wasip2 --release -- -D warnings
 cargo test --manifest-path "$manifest" --locked -p weir-plugin --lib
 cargo build --manifest-path "$manifest" --locked --target wasm32-wasip2 --release
-ls -1 target/plugins/wasm32-wasip2/release/*.wasm
+out="$PWD/target/plugins/wasm32-wasip2/release"
+
+# Python: the example's module beside the guest helper (weir_plugin.py), as
+# `weir plugin new --lang python` lays a project out.
+venv=target/plugins/python-venv
+[ -x "$venv/bin/componentize-py" ] \
+  || { python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check componentize-py==0.25.1; }
+python_example() { # hook-world module output
+  "$venv/bin/componentize-py" -d wit/weir-plugin.wit -w "$1" componentize "$2" \
+    -p plugins/python -p "plugins/python/examples/$2" -o "$out/$3.wasm" >/dev/null
+}
+python_example consume-interceptor-plugin upper py_upper
+
+# JavaScript: componentize-js bundles a file and what it imports beside it, so
+# each example is staged next to a copy of the guest helper (weir-plugin.js).
+# `-d http fetch-event`: plugins get no wasi:http.
+[ -d plugins/js/node_modules/@bytecodealliance/componentize-js ] \
+  || (cd plugins/js && npm ci --no-audit --no-fund --loglevel=error)
+javascript_example() { # hook-world example output
+  local stage=target/plugins/js/$2
+  rm -rf "$stage" && mkdir -p "$stage"
+  cp plugins/js/weir-plugin.js plugins/js/examples/"$2"/*.js "$stage/"
+  node plugins/js/node_modules/@bytecodealliance/componentize-js/src/cli.js --wit wit/weir-plugin.wit \
+    --world-name "$1" -d http fetch-event -o "$out/$3.wasm" "$stage/$2.js" >/dev/null
+}
+javascript_example transform-plugin reverse js_reverse
+
+ls -1 "$out"/*.wasm

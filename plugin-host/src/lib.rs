@@ -21,6 +21,7 @@
 mod bindings;
 pub mod budget;
 mod packed;
+mod wasi;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -112,13 +113,59 @@ impl Default for HostLimits {
             call_wall_deadline: Duration::from_secs(1),
             init_deadline: Duration::from_secs(1),
             init_wall_deadline: Duration::from_secs(10),
-            memory_bytes: 16 << 20,
+            memory_bytes: 64 << 20,
             output_records_max: 100_000,
             output_bytes_max: 32 << 20,
             log_entries_max: 256,
             log_message_bytes_max: 1024,
             instances_max: 64,
         }
+    }
+}
+
+/// The configuration keys the host takes for itself: they set one plugin's
+/// limits (overriding the host's defaults for it alone) and are removed
+/// before the configuration reaches `init` or the plugin's environment.
+pub const LIMIT_KEYS: [&str; 3] = ["weir.call_deadline_ms", "weir.init_deadline_ms", "weir.memory_bytes_max"];
+
+/// Largest memory a plugin may ask for with `weir.memory_bytes_max`.
+pub const MEMORY_BYTES_CEILING: usize = 4 << 30;
+
+impl HostLimits {
+    /// These limits with a plugin's own settings applied (the [`LIMIT_KEYS`]
+    /// of its configuration), and the rest of the configuration. A setting out
+    /// of bounds is refused like a configuration `init` refuses.
+    pub fn for_plugin(&self, config: &[(String, String)]) -> Result<(HostLimits, Vec<(String, String)>), PluginError> {
+        let mut limits = self.clone();
+        let mut rest = Vec::with_capacity(config.len());
+        for (key, value) in config {
+            let bounded = |low: u64, high: u64| -> Result<u64, PluginError> {
+                value.parse::<u64>().ok().filter(|number| (low..=high).contains(number)).ok_or_else(|| {
+                    PluginError::Config(format!("{key} must be a whole number from {low} to {high}, not {value:?}"))
+                })
+            };
+            match key.as_str() {
+                "weir.call_deadline_ms" => {
+                    limits.call_deadline = Duration::from_millis(bounded(1, 60_000)?);
+                    limits.call_wall_deadline = limits.call_wall_deadline.max(limits.call_deadline);
+                }
+                "weir.init_deadline_ms" => {
+                    limits.init_deadline = Duration::from_millis(bounded(1, 600_000)?);
+                    limits.init_wall_deadline = limits.init_wall_deadline.max(limits.init_deadline * 10);
+                }
+                "weir.memory_bytes_max" => {
+                    limits.memory_bytes = bounded(1 << 20, MEMORY_BYTES_CEILING as u64)? as usize;
+                }
+                _ if key.starts_with("weir.") => {
+                    return Err(PluginError::Config(format!(
+                        "{key} is not a setting the host knows (keys starting with weir. are the host's: {})",
+                        LIMIT_KEYS.join(", ")
+                    )))
+                }
+                _ => rest.push((key.clone(), value.clone())),
+            }
+        }
+        Ok((limits, rest))
     }
 }
 
@@ -214,14 +261,56 @@ pub struct PluginMetrics {
     pub cpu_nanos: AtomicU64,
 }
 
+/// A store's resource limits, and how far its memories have grown.
+struct Limiter {
+    limits: StoreLimits,
+    /// Bytes of all the instance's linear memories together.
+    memory_bytes: usize,
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let allowed = self.limits.memory_growing(current, desired, maximum)?;
+        if allowed {
+            self.memory_bytes = (self.memory_bytes + desired).saturating_sub(current);
+        }
+        Ok(allowed)
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        self.limits.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories()
+    }
+}
+
 /// What a store holds for the host functions.
 struct State {
-    limits: StoreLimits,
+    limits: Limiter,
     log: Arc<PluginLog>,
     /// The running call's budget, checked on every epoch tick.
     budget: Budget,
     /// Which limit the last interrupted call ran past.
     expired: Option<DeadlineClock>,
+    /// The instance's WASI 0.2 world (see [`wasi`]) and its resources.
+    wasi: wasmtime_wasi::WasiCtx,
+    table: wasmtime::component::ResourceTable,
+}
+
+impl wasmtime_wasi::WasiView for State {
+    fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+        wasmtime_wasi::WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
 }
 
 impl types::Host for State {}
@@ -276,11 +365,14 @@ impl PluginEngine {
         pooling.total_core_instances(limits.instances_max * 8);
         pooling.total_memories(limits.instances_max * 2);
         pooling.total_tables(limits.instances_max * 8);
-        pooling.max_memory_size(limits.memory_bytes);
+        // Slots are address space only: each store's own cap (`StoreLimits`)
+        // is what holds a plugin to its limit.
+        pooling.max_memory_size(MEMORY_BYTES_CEILING.max(limits.memory_bytes));
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
         let engine = Engine::new(&config).map_err(internal)?;
         let mut linker = Linker::new(&engine);
         PartitionerPlugin::add_to_linker::<State, HasSelf<State>>(&mut linker, |state| state).map_err(internal)?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(internal)?;
 
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = (engine.clone(), stop.clone());
@@ -348,26 +440,14 @@ impl PluginEngine {
             }
             _ => return Err(PluginError::Invalid(format!("exports more than one hook: {kinds:?}"))),
         };
-        let mut linker = self.linker.clone();
-        // Rust's std seeds HashMap hashers from `wasi:random/insecure-seed`: a
-        // fixed seed keeps plugins deterministic (no randomness) and HashMap
-        // usable. Defined under the exact version the component imports.
-        for (name, _) in component.component_type().imports(&self.engine) {
-            if name.starts_with("wasi:random/insecure-seed@0.2.") {
-                linker
-                    .instance(name)
-                    .and_then(|mut instance| {
-                        instance.func_wrap("insecure-seed", |_, (): ()| Ok(((0x5765_6972_u64, 0x706c_7567_u64),)))
-                    })
-                    .map_err(internal)?;
-            }
-        }
-        linker
-            .define_unknown_imports_as_traps(&component)
-            .map_err(|error| PluginError::Invalid(format!("imports something this host cannot provide: {error:#}")))?;
-        let pre = linker
-            .instantiate_pre(&component)
-            .map_err(|error| PluginError::Invalid(format!("cannot be linked: {error:#}")))?;
+        // Everything a plugin imports must be the contract's `host` or WASI 0.2:
+        // anything else is refused here, naming the import, not at its first call.
+        let pre = self.linker.instantiate_pre(&component).map_err(|error| {
+            PluginError::Invalid(format!(
+                "imports something this host does not provide (plugins get {CONTRACT}'s host \
+                 interface and WASI 0.2): {error:#}"
+            ))
+        })?;
         let mismatch = |error: wasmtime::Error| {
             PluginError::Invalid(format!("does not match the {} world: {error:#}", kind.name()))
         };
@@ -508,16 +588,28 @@ struct Instance {
 }
 
 impl Instance {
-    fn new(plugin: &CompiledPlugin, log: &Arc<PluginLog>) -> Result<Instance, CallError> {
+    fn new(
+        plugin: &CompiledPlugin,
+        limits: &HostLimits,
+        config: &[(String, String)],
+        log: &Arc<PluginLog>,
+    ) -> Result<Instance, CallError> {
+        let budget = Budget::start(limits.init_deadline, limits.init_wall_deadline);
         let limits = StoreLimitsBuilder::new()
-            .memory_size(plugin.limits.memory_bytes)
+            .memory_size(limits.memory_bytes)
             .trap_on_grow_failure(true)
             .instances(32)
             .tables(64)
             .memories(8)
             .build();
-        let budget = Budget::start(plugin.limits.init_deadline, plugin.limits.init_wall_deadline);
-        let state = State { limits, log: log.clone(), budget, expired: None };
+        let state = State {
+            limits: Limiter { limits, memory_bytes: 0 },
+            log: log.clone(),
+            budget,
+            expired: None,
+            wasi: wasi::context(config, log),
+            table: wasmtime::component::ResourceTable::new(),
+        };
         let mut store = Store::new(&plugin.engine, state);
         store.limiter(|state| &mut state.limits);
         // Every tick while wasm runs: go on while the call is within budget.
@@ -600,7 +692,12 @@ impl Drop for Lent<'_> {
 /// plugin without copying them; the batch is back, unchanged, when it returns.
 pub struct Plugin {
     compiled: Arc<CompiledPlugin>,
+    /// As given: the host's settings ([`LIMIT_KEYS`]) included.
     config: Vec<(String, String)>,
+    /// What `init` and the environment get: the host's settings left out.
+    plugin_config: Vec<(String, String)>,
+    /// The engine's limits with this plugin's settings applied.
+    limits: HostLimits,
     instance: Option<Instance>,
     info: PluginInfo,
     log: Arc<PluginLog>,
@@ -615,16 +712,20 @@ impl std::fmt::Debug for Plugin {
 
 impl Plugin {
     /// Instantiates `compiled` and runs `init(config)`: a refused configuration
-    /// is a [`PluginError::Config`] here, before anything is attached.
+    /// is a [`PluginError::Config`] here, before anything is attached. The
+    /// configuration's [`LIMIT_KEYS`] set this plugin's limits instead.
     pub fn start(
         compiled: Arc<CompiledPlugin>,
         config: Vec<(String, String)>,
         log: Arc<PluginLog>,
         metrics: Arc<PluginMetrics>,
     ) -> Result<Plugin, PluginError> {
+        let (limits, plugin_config) = compiled.limits.for_plugin(&config)?;
         let mut plugin = Plugin {
             compiled,
             config,
+            plugin_config,
+            limits,
             instance: None,
             info: PluginInfo { name: String::new(), version: String::new() },
             log,
@@ -647,9 +748,14 @@ impl Plugin {
         &self.compiled
     }
 
-    /// The configuration its `init` was given.
+    /// The configuration it was started with (the host's settings included).
     pub fn config(&self) -> &[(String, String)] {
         &self.config
+    }
+
+    /// The limits it runs under: the engine's, with its own settings applied.
+    pub fn limits(&self) -> &HostLimits {
+        &self.limits
     }
 
     pub fn log(&self) -> &Arc<PluginLog> {
@@ -663,8 +769,8 @@ impl Plugin {
     fn fresh_instance(&mut self) -> Result<PluginInfo, CallError> {
         self.instance = None;
         self.metrics.instantiations.fetch_add(1, Ordering::Relaxed);
-        let mut instance = Instance::new(&self.compiled, &self.log)?;
-        let info = instance.init(&self.config, &self.compiled.limits)?;
+        let mut instance = Instance::new(&self.compiled, &self.limits, &self.plugin_config, &self.log)?;
+        let info = instance.init(&self.plugin_config, &self.limits)?;
         self.instance = Some(instance);
         Ok(info)
     }
@@ -672,7 +778,7 @@ impl Plugin {
     fn report(&self, error: CallError) -> PluginError {
         let error = match error {
             CallError::Deadline(clock) => {
-                let limits = &self.compiled.limits;
+                let limits = &self.limits;
                 let deadline = match clock {
                     DeadlineClock::CpuTime => limits.call_deadline,
                     DeadlineClock::WallClock => limits.call_wall_deadline,
@@ -696,7 +802,7 @@ impl Plugin {
         let started = Instant::now();
         let cpu_started = budget::thread_cpu_time();
         self.metrics.calls.fetch_add(1, Ordering::Relaxed);
-        let (cpu_max, wall_max) = (self.compiled.limits.call_deadline, self.compiled.limits.call_wall_deadline);
+        let (cpu_max, wall_max) = (self.limits.call_deadline, self.limits.call_wall_deadline);
         let mut outcome = Err(CallError::Other(PluginError::Unavailable("not run".to_owned())));
         for attempt in 0..2 {
             if self.instance.is_none() {
@@ -723,6 +829,7 @@ impl Plugin {
                 _ => break,
             }
         }
+        self.recycle_if_full();
         self.metrics.busy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let cpu_used = budget::thread_cpu_time().saturating_sub(cpu_started);
         self.metrics.cpu_nanos.fetch_add(cpu_used.as_nanos() as u64, Ordering::Relaxed);
@@ -732,8 +839,26 @@ impl Plugin {
         })
     }
 
+    /// Drops an instance whose memories have grown past 3/4 of its cap, so the
+    /// next call starts on a fresh one instead of trapping at the cap midway.
+    /// Interpreters that embed a garbage collector (componentize-py,
+    /// componentize-js) keep some of every call's garbage for the life of the
+    /// instance: without this, every few hundred calls would fail and retry.
+    fn recycle_if_full(&mut self) {
+        let cap = self.limits.memory_bytes;
+        let Some(instance) = &self.instance else { return };
+        let used = instance.store.data().limits.memory_bytes;
+        if used > cap / 4 * 3 {
+            self.instance = None;
+            self.log.push(
+                "debug",
+                format!("host: a fresh instance for the next call: memory grew to {used} of {cap} bytes"),
+            );
+        }
+    }
+
     fn unpack(&self, batch: types::Batch) -> Result<PackedBatch, PluginError> {
-        let limits = &self.compiled.limits;
+        let limits = &self.limits;
         let packed = PackedBatch {
             base_offset: -1,
             base_timestamp_ms: batch.base_timestamp_ms,

@@ -174,7 +174,7 @@ impl Default for PluginSettings {
         PluginSettings {
             call_deadline_ms: 10,
             call_wall_deadline_ms: 1000,
-            memory_bytes_max: 16 * MIB,
+            memory_bytes_max: 64 * MIB,
             output_bytes_max: 32 * MIB,
             instances_max: 64,
         }
