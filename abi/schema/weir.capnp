@@ -130,6 +130,21 @@ interface Admin {
   # the target if its leader is dropped). Answers once the change is in the
   # cluster metadata; progress shows in each partition's `targetReplicas`.
   reassignPartitions @22 (topic :Text, assignments :List(PartitionAssignment)) -> (error :Error);
+
+  # Plugin uploads in chunks, for components bigger than one request (clients
+  # upload every plugin this way; uploadPlugin stays for small ones).
+  # beginPluginUpload announces the component's size and SHA-256 (lowercase hex)
+  # and answers an upload id and the largest chunk the broker takes -- or
+  # `existing`, with uploadId 0, when the plugin `name` already has exactly
+  # these bytes (uploads are idempotent: nothing to send). Refusals name the
+  # limit and its setting ([plugins] upload_bytes_max).
+  beginPluginUpload @23 (name :Text, hook :Text, sizeBytes :UInt64, digest :Text)
+      -> (uploadId :UInt64, chunkBytesMax :UInt32, existing :PluginSummary, error :Error);
+  # Appends `data` at `offset`: chunks come in order, each where the last ended.
+  uploadPluginChunk @24 (uploadId :UInt64, offset :UInt64, data :Data) -> (error :Error);
+  # Checks size and digest, then does what uploadPlugin does. An upload with
+  # no chunk for 60 s is forgotten.
+  finishPluginUpload @25 (uploadId :UInt64) -> (plugin :PluginSummary, error :Error);
 }
 
 struct ClusterDescription {

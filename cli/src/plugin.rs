@@ -2,6 +2,7 @@
 //! and read their logs. Interceptors are attached with `weir topic
 //! add-interceptor`.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::Subcommand;
@@ -16,7 +17,10 @@ pub enum PluginCommand {
     /// Upload a plugin (a wasm32-wasip2 component built against wit/weir-plugin.wit).
     ///
     /// The broker compiles it and checks it exports the hook before storing it;
-    /// uploading an existing name replaces its code (attachments restart on it).
+    /// uploading an existing name replaces its code (attachments restart on it),
+    /// and uploading the bytes it already has changes nothing. Components go in
+    /// 4 MiB chunks (progress on a terminal), up to the broker's `[plugins]
+    /// upload_bytes_max` (256 MiB by default).
     Upload {
         /// The .wasm component, e.g. target/plugins/wasm32-wasip2/release/json_validator.wasm
         file: PathBuf,
@@ -55,6 +59,21 @@ pub enum PluginCommand {
     },
 }
 
+/// On a terminal, a line on stderr saying how much of an upload was sent
+/// (the broker compiles once the last chunk is in: that can take seconds).
+fn upload_progress(name: String) -> impl Fn(u64, u64) + Send + 'static {
+    let terminal = std::io::stderr().is_terminal();
+    move |sent, total| {
+        if !terminal {
+            return;
+        }
+        let megabytes = |bytes: u64| bytes as f64 / 1e6;
+        let percent = (sent * 100).checked_div(total).unwrap_or(100);
+        let then = if sent == total { ", compiling" } else { "" };
+        eprint!("\r\x1b[Kuploading {name}: {:.1} of {:.1} MB ({percent}%){then}", megabytes(sent), megabytes(total));
+    }
+}
+
 fn plugin_json(plugin: &PluginDescription) -> serde_json::Value {
     json!({
         "name": plugin.name,
@@ -74,7 +93,12 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
     match command {
         PluginCommand::Upload { file, name, hook, client } => {
             let wasm = std::fs::read(&file).map_err(|error| anyhow::anyhow!("{}: {error}", file.display()))?;
-            let plugin = Admin::new(client.common())?.upload_plugin(&name, &hook, wasm).await?;
+            let progress = upload_progress(name.clone());
+            let plugin = Admin::new(client.common())?.upload_plugin_with_progress(&name, &hook, wasm, progress).await;
+            if std::io::stderr().is_terminal() {
+                eprint!("\r\x1b[K");
+            }
+            let plugin = plugin?;
             print(client.format, plugin_json(&plugin), || {
                 format!(
                     "uploaded plugin {} ({}, {} bytes, sha256 {})",

@@ -169,8 +169,8 @@ pub struct PartitionLag {
 /// Administers a cluster; see the module docs.
 #[derive(Clone, Debug)]
 pub struct Admin {
-    cluster: Arc<Cluster>,
-    request_timeout: Duration,
+    pub(crate) cluster: Arc<Cluster>,
+    pub(crate) request_timeout: Duration,
 }
 
 impl Admin {
@@ -192,7 +192,7 @@ impl Admin {
         Fut: std::future::Future<Output = Result<T, ClientError>> + 'static,
     {
         let connection: Connection = self.cluster.any_connection().await?;
-        self.with_admin_of(connection, operation, call).await
+        self.with_admin_of(connection, operation, self.request_timeout, call).await
     }
 
     /// Runs `call` with the `Admin` capability of the broker coordinating
@@ -212,7 +212,7 @@ impl Admin {
         let mut attempt = 0;
         loop {
             let outcome = match self.cluster.coordinator(group_id).await {
-                Ok(connection) => self.with_admin_of(connection, operation, call.clone()).await,
+                Ok(connection) => self.with_admin_of(connection, operation, self.request_timeout, call.clone()).await,
                 Err(error) => Err(error),
             };
             match outcome {
@@ -226,10 +226,11 @@ impl Admin {
         }
     }
 
-    async fn with_admin_of<T, F, Fut>(
+    pub(crate) async fn with_admin_of<T, F, Fut>(
         &self,
         connection: Connection,
         operation: &'static str,
+        timeout: std::time::Duration,
         call: F,
     ) -> Result<T, ClientError>
     where
@@ -242,12 +243,12 @@ impl Admin {
             let admin = client.admin_request().send().pipeline.get_admin();
             call(admin, address).await
         });
-        match tokio::time::timeout(self.request_timeout, work).await {
+        match tokio::time::timeout(timeout, work).await {
             Ok(outcome) => outcome,
             Err(_) => {
                 // The next admin call goes elsewhere first, on a fresh connection.
                 self.cluster.forget_unanswered(&connection).await;
-                Err(ClientError::Timeout { operation, timeout_ms: self.request_timeout.as_millis() as u64 })
+                Err(ClientError::Timeout { operation, timeout_ms: timeout.as_millis() as u64 })
             }
         }
     }
@@ -467,7 +468,9 @@ impl Admin {
         let mut first_error = None;
         for address in self.cluster.broker_addresses() {
             let listed = match self.cluster.connection(&address).await {
-                Ok(connection) => self.with_admin_of(connection, "list groups", list_groups_call).await,
+                Ok(connection) => {
+                    self.with_admin_of(connection, "list groups", self.request_timeout, list_groups_call).await
+                }
                 Err(error) => Err(error),
             };
             // A broker that is down coordinates nothing right now: the others answer.

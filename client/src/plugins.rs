@@ -60,6 +60,27 @@ fn text(reader: capnp::Result<capnp::text::Reader<'_>>) -> Result<String, Client
     Ok(reader?.to_str()?.to_owned())
 }
 
+/// An upload in one request (`uploadPlugin`), for brokers without chunked uploads.
+async fn upload_whole(
+    admin: &abi::weir_capnp::admin::Client,
+    address: &str,
+    name: &str,
+    hook: &str,
+    wasm: &[u8],
+) -> Result<PluginDescription, ClientError> {
+    let mut request = admin.upload_plugin_request();
+    let mut params = request.get();
+    params.set_name(name);
+    params.set_hook(hook);
+    params.set_wasm(wasm);
+    let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(address, error))?;
+    let response = response.get()?;
+    if response.has_error() {
+        return Err(broker_error(response.get_error()?));
+    }
+    read_summary(response.get_plugin()?)
+}
+
 fn read_summary(reader: plugin_summary::Reader<'_>) -> Result<PluginDescription, ClientError> {
     Ok(PluginDescription {
         name: text(reader.get_name())?,
@@ -78,16 +99,70 @@ fn read_summary(reader: plugin_summary::Reader<'_>) -> Result<PluginDescription,
 impl Admin {
     /// Uploads a plugin under `name` (replacing an older version of it). The
     /// broker checks that `wasm` is a component of the `weir:plugin` contract
-    /// exporting `hook` (empty: any hook) before storing anything.
+    /// exporting `hook` (empty: any hook) before storing anything. Uploading
+    /// the bytes a plugin already has changes nothing and sends nothing.
     pub async fn upload_plugin(&self, name: &str, hook: &str, wasm: Vec<u8>) -> Result<PluginDescription, ClientError> {
+        self.upload_plugin_with_progress(name, hook, wasm, |_, _| {}).await
+    }
+
+    /// [`Admin::upload_plugin`], calling `progress(sent, total)` after each
+    /// chunk. The bytes go in chunks of at most 4 MiB (so a component may be
+    /// bigger than the broker's request limit, up to its `[plugins]
+    /// upload_bytes_max`), all to one broker, which compiles the component
+    /// once the last chunk is in: the call may take seconds per MB.
+    pub async fn upload_plugin_with_progress(
+        &self,
+        name: &str,
+        hook: &str,
+        wasm: Vec<u8>,
+        progress: impl Fn(u64, u64) + Send + 'static,
+    ) -> Result<PluginDescription, ClientError> {
         let (name, hook) = (name.to_owned(), hook.to_owned());
-        self.with_admin("upload plugin", move |admin, address| async move {
-            let mut request = admin.upload_plugin_request();
-            let mut params = request.get();
+        // Sending and compiling are both roughly linear in the size.
+        let timeout = self.request_timeout + std::time::Duration::from_secs(2 * (wasm.len() as u64 >> 20));
+        let connection = self.cluster.any_connection().await?;
+        self.with_admin_of(connection, "upload plugin", timeout, move |admin, address| async move {
+            let rpc = |error| ClientError::from_rpc(&address, error);
+            let total = wasm.len() as u64;
+            let mut begin = admin.begin_plugin_upload_request();
+            let mut params = begin.get();
             params.set_name(&name[..]);
             params.set_hook(&hook[..]);
-            params.set_wasm(&wasm);
-            let response = request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            params.set_size_bytes(total);
+            params.set_digest(&plugin_host::hex_sha256(&wasm)[..]);
+            let begun = match begin.send().promise.await {
+                Ok(begun) => begun,
+                // A broker from before chunked uploads: the whole component at once.
+                Err(error) if error.kind == capnp::ErrorKind::Unimplemented => {
+                    return upload_whole(&admin, &address, &name, &hook, &wasm).await;
+                }
+                Err(error) => return Err(rpc(error)),
+            };
+            let begun = begun.get()?;
+            if begun.has_error() {
+                return Err(broker_error(begun.get_error()?));
+            }
+            if begun.has_existing() {
+                progress(total, total);
+                return read_summary(begun.get_existing()?);
+            }
+            let id = begun.get_upload_id();
+            let chunk_bytes = (begun.get_chunk_bytes_max() as usize).clamp(64 << 10, 4 << 20);
+            let mut offset = 0u64;
+            for chunk in wasm.chunks(chunk_bytes) {
+                let mut request = admin.upload_plugin_chunk_request();
+                let mut params = request.get();
+                params.set_upload_id(id);
+                params.set_offset(offset);
+                params.set_data(chunk);
+                let response = request.send().promise.await.map_err(rpc)?;
+                refused_or_ok!(response.get()?)?;
+                offset += chunk.len() as u64;
+                progress(offset, total);
+            }
+            let mut finish = admin.finish_plugin_upload_request();
+            finish.get().set_upload_id(id);
+            let response = finish.send().promise.await.map_err(rpc)?;
             let response = response.get()?;
             if response.has_error() {
                 return Err(broker_error(response.get_error()?));

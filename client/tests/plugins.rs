@@ -600,3 +600,76 @@ async fn a_transform_batch_longer_than_its_budget_is_split_and_completes() {
     assert!(logs.iter().any(|line| line.message.contains("at a time")), "the batch was split: {logs:?}");
     broker.stop().await;
 }
+
+/// Plugins written in Python and JavaScript (`plugins/python`, `plugins/js`),
+/// uploaded and run on a broker with default settings: the 18 MB Python
+/// component goes up in chunks past the default request limit, uploading the
+/// same bytes again changes nothing, and a 5,000-record batch through the
+/// JavaScript transform (~100 ms of work, ten times the default budget) is
+/// split and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_and_javascript_plugins_run_end_to_end_on_default_settings() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("names", 1)).await.unwrap();
+    admin.create_topic(NewTopic::new("reversed", 1)).await.unwrap();
+
+    let python = wasm("py_upper");
+    assert!(python.len() > 16 << 20, "bigger than one default request: {} bytes", python.len());
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let progress = {
+        let sent = sent.clone();
+        move |done: u64, total: u64| sent.lock().unwrap().push((done, total))
+    };
+    let uploaded = admin.upload_plugin_with_progress("upper", "", python.clone(), progress).await.unwrap();
+    assert_eq!((uploaded.hook.as_str(), uploaded.size_bytes), ("consume-interceptor", python.len() as u64));
+    let sent = sent.lock().unwrap().clone();
+    assert!(sent.len() >= 5, "4 MiB chunks: {sent:?}");
+    assert_eq!(sent.last(), Some(&(python.len() as u64, python.len() as u64)));
+    let again = admin.upload_plugin("upper", "consume-interceptor", python).await.unwrap();
+    assert_eq!((again.digest, again.uploaded_ms), (uploaded.digest, uploaded.uploaded_ms), "nothing changed");
+
+    let producer = fast_producer(&broker);
+    for value in ["ada", "drop-me", "Grace", "LINUS"] {
+        send(&producer, "names", value.as_bytes()).await.unwrap();
+    }
+    admin.attach_plugin(attach("names", "consume-interceptor", "upper", &[], "")).await.unwrap();
+    let consumer = client::Consumer::new(broker.consumer_config()).unwrap();
+    consumer.assign(&[("names".to_owned(), 0)]).await.unwrap();
+    consumer.seek("names", 0, Offset::Beginning).unwrap();
+    let seen: Vec<(i64, Vec<u8>)> = support::consume(&consumer, 3)
+        .await
+        .into_iter()
+        .map(|record| (record.offset, record.value.unwrap_or_default().to_vec()))
+        .collect();
+    assert_eq!(seen, vec![(0, b"ADA".to_vec()), (2, b"GRACE".to_vec()), (3, b"LINUS".to_vec())]);
+    let logs = admin.plugin_logs("upper").await.unwrap();
+    assert!(logs.iter().any(|line| line.message.contains("hiding values equal to")), "{logs:?}");
+
+    admin.upload_plugin("reverse", "transform", wasm("js_reverse")).await.unwrap();
+    const RECORDS: usize = 5_000;
+    let values: Vec<Vec<u8>> = (0..RECORDS).map(|index| format!("record-{index}").into_bytes()).collect();
+    let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    let connection = broker.connect().await;
+    support::produce_raw(&connection, "names", 0, support::batch_of(1_000, &refs)).await.unwrap();
+    let spec = client::TransformSpec {
+        name: "reverse".to_owned(),
+        plugin: "reverse".to_owned(),
+        input_topic: "names".to_owned(),
+        output_topics: vec!["reversed".to_owned()],
+        start: client::TRANSFORM_EARLIEST,
+        config: Vec::new(),
+    };
+    admin.deploy_transform(spec).await.unwrap();
+    let outputs = read_all(&broker, &[("reversed", 1)], 4 + RECORDS).await;
+    let mut expected: Vec<Vec<u8>> = ["ada", "drop-me", "Grace", "LINUS"].map(|value| value.as_bytes().to_vec()).into();
+    expected.extend(values);
+    for value in &mut expected {
+        value.reverse();
+    }
+    let emitted: Vec<Vec<u8>> =
+        outputs.iter().map(|record| record.value.clone().unwrap_or_default().to_vec()).collect();
+    assert_eq!(emitted, expected, "the stored input, reversed, once each and in order");
+    broker.stop().await;
+}

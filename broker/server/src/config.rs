@@ -167,6 +167,8 @@ pub struct PluginSettings {
     pub output_bytes_max: usize,
     /// Plugin instances alive at once (`instances_max`).
     pub instances_max: u32,
+    /// Largest plugin component an upload may carry (`upload_bytes_max`).
+    pub upload_bytes_max: usize,
 }
 
 impl Default for PluginSettings {
@@ -177,6 +179,7 @@ impl Default for PluginSettings {
             memory_bytes_max: 64 * MIB,
             output_bytes_max: 32 * MIB,
             instances_max: 64,
+            upload_bytes_max: 256 * MIB,
         }
     }
 }
@@ -399,6 +402,7 @@ impl BrokerConfig {
         self.plugins.memory_bytes_max = plugins.memory_bytes_max.unwrap_or(self.plugins.memory_bytes_max);
         self.plugins.output_bytes_max = plugins.output_bytes_max.unwrap_or(self.plugins.output_bytes_max);
         self.plugins.instances_max = plugins.instances_max.unwrap_or(self.plugins.instances_max);
+        self.plugins.upload_bytes_max = plugins.upload_bytes_max.unwrap_or(self.plugins.upload_bytes_max);
         let replication = raw.replication.unwrap_or_default();
         self.replication.replica_lag_time_max_ms =
             replication.replica_lag_time_max_ms.unwrap_or(self.replication.replica_lag_time_max_ms);
@@ -475,6 +479,7 @@ impl BrokerConfig {
         check_range(&mut problems, "plugins.memory_bytes_max", self.plugins.memory_bytes_max, MIB, 4 * GIB);
         check_at_least(&mut problems, "plugins.output_bytes_max", self.plugins.output_bytes_max, KIB);
         check_range(&mut problems, "plugins.instances_max", self.plugins.instances_max, 1, 10_000);
+        check_range(&mut problems, "plugins.upload_bytes_max", self.plugins.upload_bytes_max, MIB, 4 * GIB);
         self.controller.check(&mut problems);
         check_range(
             &mut problems,
@@ -643,6 +648,7 @@ struct RawPlugins {
     memory_bytes_max: Option<usize>,
     output_bytes_max: Option<usize>,
     instances_max: Option<u32>,
+    upload_bytes_max: Option<usize>,
 }
 
 /// The `[limits]` table as written.
@@ -1139,16 +1145,23 @@ mod tests {
             topic_partitions_max.is_some(),
         ];
         assert_eq!(limits, [true; 13]);
-        let RawPlugins { call_deadline_ms, call_wall_deadline_ms, memory_bytes_max, output_bytes_max, instances_max } =
-            plugins.as_ref().expect("the example has [plugins]");
+        let RawPlugins {
+            call_deadline_ms,
+            call_wall_deadline_ms,
+            memory_bytes_max,
+            output_bytes_max,
+            instances_max,
+            upload_bytes_max,
+        } = plugins.as_ref().expect("the example has [plugins]");
         let plugins = [
             call_deadline_ms.is_some(),
             call_wall_deadline_ms.is_some(),
             memory_bytes_max.is_some(),
             output_bytes_max.is_some(),
             instances_max.is_some(),
+            upload_bytes_max.is_some(),
         ];
-        assert_eq!(plugins, [true; 5]);
+        assert_eq!(plugins, [true; 6]);
         let RawController {
             voters,
             raft_heartbeat_ms,

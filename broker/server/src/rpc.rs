@@ -987,6 +987,69 @@ impl admin::Server for AdminService {
         Ok(())
     }
 
+    async fn begin_plugin_upload(
+        self: Rc<Self>,
+        params: admin::BeginPluginUploadParams,
+        mut results: admin::BeginPluginUploadResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let announced = {
+            let reader = params.get()?;
+            crate::node::uploads::Announced {
+                name: text(reader.get_name()?)?,
+                hook: text(reader.get_hook()?)?,
+                size_bytes: reader.get_size_bytes(),
+                digest: text(reader.get_digest()?)?,
+            }
+        };
+        drop(params);
+        let mut answer = results.get();
+        match self.node.begin_plugin_upload(announced) {
+            Ok(crate::node::BeginUpload::Started(id)) => {
+                answer.set_upload_id(id);
+                answer.set_chunk_bytes_max(crate::node::uploads::CHUNK_BYTES_MAX);
+            }
+            Ok(crate::node::BeginUpload::Existing(plugin)) => {
+                answer.set_chunk_bytes_max(crate::node::uploads::CHUNK_BYTES_MAX);
+                set_plugin_summary(answer.init_existing(), &plugin);
+            }
+            Err(api_error) => set_error(answer.init_error(), &api_error),
+        }
+        Ok(())
+    }
+
+    async fn upload_plugin_chunk(
+        self: Rc<Self>,
+        params: admin::UploadPluginChunkParams,
+        mut results: admin::UploadPluginChunkResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let reader = params.get()?;
+        if let Err(api_error) =
+            self.node.upload_plugin_chunk(reader.get_upload_id(), reader.get_offset(), reader.get_data()?)
+        {
+            set_error(results.get().init_error(), &api_error);
+        }
+        Ok(())
+    }
+
+    async fn finish_plugin_upload(
+        self: Rc<Self>,
+        params: admin::FinishPluginUploadParams,
+        mut results: admin::FinishPluginUploadResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let id = params.get()?.get_upload_id();
+        drop(params);
+        // Compiling takes seconds for a big component: `upload_plugin` does it
+        // off this thread.
+        match self.node.finish_plugin_upload(id).await {
+            Ok(plugin) => set_plugin_summary(results.get().init_plugin(), &plugin),
+            Err(api_error) => set_error(results.get().init_error(), &api_error),
+        }
+        Ok(())
+    }
+
     async fn elect_preferred_leaders(
         self: Rc<Self>,
         _: admin::ElectPreferredLeadersParams,

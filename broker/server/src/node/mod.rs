@@ -68,12 +68,14 @@ mod data;
 mod groups;
 pub mod membership;
 mod plugins;
+pub use plugins::BeginUpload;
 mod producer_ids;
 mod reconcile;
 mod replication;
 pub mod requests;
 mod topics;
 mod upgrade;
+pub mod uploads;
 
 pub use membership::{BrokerStatus, ClusterStatus};
 pub use requests::*;
@@ -179,6 +181,8 @@ pub struct Node {
     plugins: Arc<Plugins>,
     /// Wakes `fetch_plugins` when a registered plugin's bytes are missing.
     plugins_wanted: tokio::sync::Notify,
+    /// Plugin uploads arriving in chunks.
+    uploads: Mutex<uploads::PendingUploads>,
     transforms: Transforms,
     /// Picks the partition of keyless records in `partition = -1` produces.
     round_robin: std::sync::atomic::AtomicU64,
@@ -301,6 +305,7 @@ impl Node {
                 environment.clone(),
             )?),
             plugins_wanted: tokio::sync::Notify::new(),
+            uploads: Mutex::new(uploads::PendingUploads::new(config.plugins.upload_bytes_max)),
             transforms: Transforms::open(&config.data_dir.join("plugins").join("transforms"), environment.clone())
                 .map_err(NodeError::Transforms)?,
             round_robin: std::sync::atomic::AtomicU64::new(0),

@@ -5,6 +5,15 @@
 
 use super::*;
 
+/// How [`Node::begin_plugin_upload`] answered.
+#[derive(Debug)]
+pub enum BeginUpload {
+    /// Send the chunks of this upload.
+    Started(u64),
+    /// The plugin has these bytes already.
+    Existing(PluginSummary),
+}
+
 impl Node {
     /// The plugins this broker runs, as the cluster metadata says: listings,
     /// logs, plugin bytes, the interceptor calls.
@@ -18,6 +27,9 @@ impl Node {
     /// every attachment's configuration, or nothing changes.
     pub async fn upload_plugin(&self, name: &str, hook: &str, wasm: Vec<u8>) -> Result<PluginSummary, ApiError> {
         validate_name(name)?;
+        if let Some(summary) = self.already_uploaded(name, hook, &plugin_host::hex_sha256(&wasm)) {
+            return Ok(summary);
+        }
         let plugins = self.plugins.clone();
         let hook = hook.to_owned();
         let stored = blocking(move || plugins.store(&hook, &wasm)).await?;
@@ -40,6 +52,48 @@ impl Node {
             let _ = blocking(discard).await;
         }
         registered
+    }
+
+    /// The plugin `name` when it already runs exactly the bytes of `digest` as
+    /// `hook` (empty: any): uploading them again changes nothing.
+    fn already_uploaded(&self, name: &str, hook: &str, digest: &str) -> Option<PluginSummary> {
+        let registered = self.controller.read(|image| {
+            image
+                .plugins
+                .get(name)
+                .is_some_and(|plugin| plugin.digest == digest && (hook.is_empty() || plugin.hook == hook))
+        });
+        if !registered {
+            return None;
+        }
+        self.plugins.summary(name).filter(|summary| summary.digest == digest)
+    }
+
+    /// Starts an upload in chunks (see [`uploads`]): its id, or the plugin
+    /// when it already has exactly the announced bytes (nothing to send).
+    pub fn begin_plugin_upload(&self, announced: uploads::Announced) -> Result<BeginUpload, ApiError> {
+        validate_name(&announced.name)?;
+        if !announced.hook.is_empty() {
+            hook_name(&announced.hook)?;
+        }
+        if let Some(summary) = self.already_uploaded(&announced.name, &announced.hook, &announced.digest) {
+            return Ok(BeginUpload::Existing(summary));
+        }
+        let now_ms = self.clock.now_ms();
+        lock(&self.uploads).begin(announced, now_ms).map(BeginUpload::Started)
+    }
+
+    /// Appends a chunk to an upload.
+    pub fn upload_plugin_chunk(&self, id: u64, offset: u64, data: &[u8]) -> Result<(), ApiError> {
+        let now_ms = self.clock.now_ms();
+        lock(&self.uploads).append(id, offset, data, now_ms)
+    }
+
+    /// Ends an upload: its bytes, checked against what was announced, are
+    /// uploaded as by [`Node::upload_plugin`].
+    pub async fn finish_plugin_upload(&self, id: u64) -> Result<PluginSummary, ApiError> {
+        let (announced, wasm) = lock(&self.uploads).finish(id)?;
+        self.upload_plugin(&announced.name, &announced.hook, wasm).await
     }
 
     /// Registers a stored upload under `name` (see [`Node::upload_plugin`]).
