@@ -20,6 +20,7 @@ mod dump_log;
 mod group;
 mod output;
 mod plugin;
+mod plugin_new;
 mod produce;
 mod repair;
 mod serve;

@@ -34,6 +34,24 @@ pub enum PluginCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Write a starter project for a new plugin: Rust (the guest SDK),
+    /// Python (componentize-py) or JavaScript (componentize-js).
+    ///
+    /// The project builds as written (it accepts or passes on every record),
+    /// carries the contract's WIT and its language's guest helper, and its
+    /// README says how to build and upload it.
+    New {
+        /// The plugin's name (letters, digits, - and _).
+        name: String,
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: crate::plugin_new::Lang,
+        /// Which hook it implements.
+        #[arg(long, value_enum, default_value = "produce-interceptor")]
+        hook: crate::plugin_new::Hook,
+        /// Where to write it (must not exist; default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// List plugins with their hook, size and counters.
     List {
         #[command(flatten)]
@@ -105,6 +123,15 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
                     plugin.name, plugin.hook, plugin.size_bytes, plugin.digest
                 )
             });
+        }
+        PluginCommand::New { name, lang, hook, dir } => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            let files = crate::plugin_new::write_starter(&name, lang, hook, &dir)?;
+            println!("wrote a {lang:?} {} plugin in {}:", hook.name(), dir.display());
+            for file in files {
+                println!("  {}", file.display());
+            }
+            println!("build it as {}/README.md says", dir.display());
         }
         PluginCommand::List { client } => {
             let plugins = Admin::new(client.common())?.list_plugins().await?;

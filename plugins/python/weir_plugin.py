@@ -76,6 +76,11 @@ class BatchBuilder:
         self.arena = bytearray()
         self.index: list[int] = []  # componentize-py wants a list (not an array) for list<u32>
 
+    @property
+    def count(self) -> int:
+        """Records pushed so far."""
+        return len(self.index) // STRIDE
+
     def _bytes(self, data: bytes | None) -> tuple[int, int]:
         offset = len(self.arena)
         if data is None:
