@@ -24,24 +24,26 @@ out="$PWD/target/plugins/wasm32-wasip2/release"
 venv=target/plugins/python-venv
 [ -x "$venv/bin/componentize-py" ] \
   || { python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check componentize-py==0.25.1; }
-python_example() { # hook-world module output
-  "$venv/bin/componentize-py" -d wit/weir-plugin.wit -w "$1" componentize "$2" \
-    -p plugins/python -p "plugins/python/examples/$2" -o "$out/$3.wasm" >/dev/null
+python_plugin() { # hook-world examples|fixtures module output
+  "$venv/bin/componentize-py" -d wit/weir-plugin.wit -w "$1" componentize "$3" \
+    -p plugins/python -p "plugins/python/$2/$3" -o "$out/$4.wasm" >/dev/null
 }
-python_example consume-interceptor-plugin upper py_upper
+python_plugin consume-interceptor-plugin examples upper py_upper
+python_plugin produce-interceptor-plugin fixtures noop py_noop
 
 # JavaScript: componentize-js bundles a file and what it imports beside it, so
 # each example is staged next to a copy of the guest helper (weir-plugin.js).
 # `-d http fetch-event`: plugins get no wasi:http.
 [ -d plugins/js/node_modules/@bytecodealliance/componentize-js ] \
   || (cd plugins/js && npm ci --no-audit --no-fund --loglevel=error)
-javascript_example() { # hook-world example output
-  local stage=target/plugins/js/$2
+javascript_plugin() { # hook-world examples|fixtures name output
+  local stage=target/plugins/js/$3
   rm -rf "$stage" && mkdir -p "$stage"
-  cp plugins/js/weir-plugin.js plugins/js/examples/"$2"/*.js "$stage/"
+  cp plugins/js/weir-plugin.js plugins/js/"$2/$3"/*.js "$stage/"
   node plugins/js/node_modules/@bytecodealliance/componentize-js/src/cli.js --wit wit/weir-plugin.wit \
-    --world-name "$1" -d http fetch-event -o "$out/$3.wasm" "$stage/$2.js" >/dev/null
+    --world-name "$1" -d http fetch-event -o "$out/$4.wasm" "$stage/$3.js" >/dev/null
 }
-javascript_example transform-plugin reverse js_reverse
+javascript_plugin transform-plugin examples reverse js_reverse
+javascript_plugin produce-interceptor-plugin fixtures noop js_noop
 
 ls -1 "$out"/*.wasm

@@ -1,8 +1,10 @@
 //! Per-record cost of running plugins, next to a memcpy baseline from the same
 //! run: batches of 256 records with 1 KiB values (16-byte keys), through a
 //! no-op produce interceptor and an identity transform (both written with the
-//! guest SDK, from `plugins/fixtures`), and a plain append of the same records
-//! into a packed batch (what building the batch costs anyway).
+//! guest SDK, from `plugins/fixtures`), no-op produce interceptors written in
+//! Python and JavaScript (`plugins/python/fixtures/noop`,
+//! `plugins/js/fixtures/noop`), and a plain append of the same records into a
+//! packed batch (what building the batch costs anyway).
 //!
 //! `cargo bench -p plugin-host --bench overhead` (after ./scripts/build-plugins.sh).
 //! Criterion prints time per batch and records per second; per record = time / 256.
@@ -63,6 +65,17 @@ fn overhead(c: &mut Criterion) {
             assert_eq!(outcome, ProduceOutcome::Accept);
         })
     });
+    for (name, label) in
+        [("py_noop", "no-op produce interceptor (Python)"), ("js_noop", "no-op produce interceptor (JavaScript)")]
+    {
+        let mut interpreted = start(name);
+        group.bench_function(label, |b| {
+            b.iter(|| {
+                let outcome = interpreted.on_produce("bench", 0, black_box(&mut batch)).unwrap();
+                assert_eq!(outcome, ProduceOutcome::Accept);
+            })
+        });
+    }
     let mut transform = start("identity_transform");
     group.bench_function("identity transform", |b| {
         b.iter(|| {

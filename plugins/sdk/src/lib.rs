@@ -27,7 +27,8 @@
 //! ```
 //!
 //! The host calls a plugin once per batch; this crate loops over its records.
-//! A plugin has no clock, files, network or randomness; [`log`] writes to its
+//! A plugin gets no files or network (clocks and randomness come from WASI, but
+//! partitioners and transforms must not use them); [`log`] writes to its
 //! log, and a `panic!` message lands there too before the call fails.
 
 mod batch;
