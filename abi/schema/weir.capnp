@@ -145,6 +145,21 @@ interface Admin {
   # Checks size and digest, then does what uploadPlugin does. An upload with
   # no chunk for 60 s is forgotten.
   finishPluginUpload @25 (uploadId :UInt64) -> (plugin :PluginSummary, error :Error);
+  # What the partitioner plugins a client runs did since its last report: the
+  # broker adds the counts to the plugin's client counters (PluginSummary
+  # clientCalls, clientErrors) and the log lines to the plugin's log, prefixed
+  # with `source`. Reports for code a plugin no longer runs are ignored.
+  reportPluginCalls @26 (reports :List(PluginCallReport)) -> ();
+}
+
+struct PluginCallReport {
+  plugin @0 :Text;
+  digest @1 :Text;
+  source @2 :Text;           # who ran it, e.g. "pid 4242 on host-a"
+  calls @3 :UInt64;
+  errors @4 :UInt64;
+  busyNanos @5 :UInt64;
+  log @6 :List(PluginLogEntry);
 }
 
 struct ClusterDescription {
@@ -209,6 +224,8 @@ struct PluginSummary {
   traps @7 :UInt64;
   busyNanos @8 :UInt64;
   attachedTo @9 :List(Text); # topics
+  clientCalls @10 :UInt64;   # partitioner calls made by clients, as reported to this broker
+  clientErrors @11 :UInt64;
 }
 
 struct PluginLogEntry {

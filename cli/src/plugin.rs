@@ -104,6 +104,8 @@ fn plugin_json(plugin: &PluginDescription) -> serde_json::Value {
         "traps": plugin.traps,
         "busy_ms": plugin.busy_nanos as f64 / 1e6,
         "attached_to": plugin.attached_to,
+        "client_calls": plugin.client_calls,
+        "client_errors": plugin.client_errors,
     })
 }
 
@@ -189,6 +191,12 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
                     plugin.traps,
                     plugin.busy_nanos as f64 / 1e6
                 );
+                if plugin.client_calls > 0 {
+                    text.push_str(&format!(
+                        "\nin clients (as reported to this broker): calls {}, errors {}",
+                        plugin.client_calls, plugin.client_errors
+                    ));
+                }
                 for attachment in &attachments {
                     text.push_str(&format!(
                         "\nattached to {} as {} ({}; {}), config {:?}",

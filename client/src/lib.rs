@@ -69,8 +69,8 @@ pub use consumer::{Consumer, Offset};
 pub use error::ClientError;
 pub use group::RebalanceListener;
 pub use plugins::{
-    Attach, PluginAttachment, PluginDescription, PluginLogLine, TransformPartition, TransformSpec, TransformStatus,
-    TRANSFORM_EARLIEST, TRANSFORM_LATEST,
+    Attach, PluginAttachment, PluginCallReport, PluginDescription, PluginLogLine, TransformPartition, TransformSpec,
+    TransformStatus, TRANSFORM_EARLIEST, TRANSFORM_LATEST,
 };
 pub use producer::{DeliveryFuture, Producer};
 pub use record::{ConsumerRecord, ProducerRecord, RecordMetadata, RecordRef};

@@ -21,6 +21,27 @@ pub struct PluginDescription {
     pub traps: u64,
     pub busy_nanos: u64,
     pub attached_to: Vec<String>,
+    /// Partitioner calls clients reported running this code, and how many
+    /// failed (as reported to the broker that answered).
+    pub client_calls: u64,
+    pub client_errors: u64,
+}
+
+/// What a partitioner plugin run by this process did since the last report
+/// ([`Admin::report_plugin_calls`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginCallReport {
+    pub plugin: String,
+    pub digest: String,
+    pub calls: u64,
+    pub errors: u64,
+    pub busy_nanos: u64,
+    pub log: Vec<PluginLogLine>,
+}
+
+/// This machine's name, for reports ("?" when unknown).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "?".to_owned(), |name| name.trim().to_owned())
 }
 
 /// One line of a plugin's log.
@@ -93,6 +114,8 @@ fn read_summary(reader: plugin_summary::Reader<'_>) -> Result<PluginDescription,
         traps: reader.get_traps(),
         busy_nanos: reader.get_busy_nanos(),
         attached_to: reader.get_attached_to()?.iter().map(text).collect::<Result<_, _>>()?,
+        client_calls: reader.get_client_calls(),
+        client_errors: reader.get_client_errors(),
     })
 }
 
@@ -168,6 +191,36 @@ impl Admin {
                 return Err(broker_error(response.get_error()?));
             }
             read_summary(response.get_plugin()?)
+        })
+        .await
+    }
+
+    /// Reports what partitioner plugins run by this process did (the producer
+    /// does this every 10 s and when it closes): the broker adds it to the
+    /// plugins' client counters and logs.
+    pub async fn report_plugin_calls(&self, reports: Vec<PluginCallReport>) -> Result<(), ClientError> {
+        let source = format!("pid {} on {}", std::process::id(), hostname());
+        self.with_admin("report plugin calls", move |admin, address| async move {
+            let mut request = admin.report_plugin_calls_request();
+            let mut list = request.get().init_reports(reports.len() as u32);
+            for (index, report) in reports.iter().enumerate() {
+                let mut builder = list.reborrow().get(index as u32);
+                builder.set_plugin(&report.plugin[..]);
+                builder.set_digest(&report.digest[..]);
+                builder.set_source(&source[..]);
+                builder.set_calls(report.calls);
+                builder.set_errors(report.errors);
+                builder.set_busy_nanos(report.busy_nanos);
+                let mut log = builder.init_log(report.log.len() as u32);
+                for (index, line) in report.log.iter().enumerate() {
+                    let mut entry = log.reborrow().get(index as u32);
+                    entry.set_unix_ms(line.unix_ms);
+                    entry.set_level(&line.level[..]);
+                    entry.set_message(&line.message[..]);
+                }
+            }
+            request.send().promise.await.map_err(|error| ClientError::from_rpc(&address, error))?;
+            Ok(())
         })
         .await
     }

@@ -325,7 +325,15 @@ impl Producer {
         reference: &crate::cluster::PartitionerRef,
     ) -> Result<Arc<Mutex<plugin_host::Plugin>>, ClientError> {
         let inner = &self.inner;
-        inner.partitioners.get(&inner.cluster, inner.config.common.request_timeout, reference).await
+        let plugin = inner.partitioners.get(&inner.cluster, inner.config.common.request_timeout, reference).await?;
+        if inner.partitioners.report_due() {
+            let producer = self.clone();
+            tokio::spawn(async move {
+                let inner = &producer.inner;
+                inner.partitioners.report(&inner.cluster, inner.config.common.request_timeout).await;
+            });
+        }
+        Ok(plugin)
     }
 
     /// The topic's metadata, checking that it has `partition`.
@@ -443,9 +451,14 @@ impl Producer {
         self.inner.lock().drain_all = false;
     }
 
-    /// Flushes, then stops the sender; later `send`s fail with `Closed`.
+    /// Flushes, then stops the sender; later `send`s fail with `Closed`. What
+    /// its partitioner plugins did since the last report goes to a broker
+    /// (waiting at most a second for it).
     pub async fn close(&self) {
         self.flush().await;
+        let inner = &self.inner;
+        let report = inner.partitioners.report(&inner.cluster, inner.config.common.request_timeout);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), report).await;
         self.inner.lock().closed = true;
         self.inner.wake.notify_one();
         self.inner.space.notify_waiters();

@@ -381,6 +381,39 @@ async fn a_partitioner_plugin_places_records_in_every_producer() {
         placed.push(future.await.unwrap().partition);
     }
     assert_eq!(placed, vec![1, 3]);
+    // What the producer's plugin did reaches the broker when it closes.
+    producer.close().await;
+    let described = admin.describe_plugin("regions").await.unwrap();
+    assert_eq!((described.client_calls, described.client_errors), (6, 0), "six records placed by the plugin");
+    let logs = admin.plugin_logs("regions").await.unwrap();
+    assert!(logs.iter().all(|line| !line.message.starts_with("client (")), "nothing logged: {logs:?}");
+    // A report for other code (or another plugin) changes nothing.
+    let stale = client::PluginCallReport {
+        plugin: "regions".to_owned(),
+        digest: "0".repeat(64),
+        calls: 100,
+        errors: 100,
+        busy_nanos: 0,
+        log: Vec::new(),
+    };
+    admin.report_plugin_calls(vec![stale.clone()]).await.unwrap();
+    let failing = client::PluginCallReport {
+        digest: described.digest.clone(),
+        calls: 1,
+        errors: 1,
+        log: vec![client::PluginLogLine {
+            unix_ms: 0,
+            level: "error".to_owned(),
+            message: "host: the plugin trapped".to_owned(),
+        }],
+        ..stale
+    };
+    admin.report_plugin_calls(vec![failing]).await.unwrap();
+    let described = admin.describe_plugin("regions").await.unwrap();
+    assert_eq!((described.client_calls, described.client_errors), (7, 1));
+    let logs = admin.plugin_logs("regions").await.unwrap();
+    let reported = logs.iter().find(|line| line.message.starts_with("client (pid ")).expect("the client's line");
+    assert!(reported.message.ends_with("): host: the plugin trapped"), "{reported:?}");
     broker.stop().await;
 }
 

@@ -198,6 +198,42 @@ pub struct PluginSummary {
     pub traps: u64,
     pub busy_nanos: u64,
     pub attached_to: Vec<String>,
+    /// Partitioner calls clients reported running this code (to this broker).
+    pub client_calls: u64,
+    pub client_errors: u64,
+}
+
+/// What a client reported of a partitioner plugin it runs (`reportPluginCalls`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientReport {
+    pub plugin: String,
+    pub digest: String,
+    /// Who ran it, for the log lines.
+    pub source: String,
+    pub calls: u64,
+    pub errors: u64,
+    pub busy_nanos: u64,
+    pub log: Vec<LogLine>,
+}
+
+/// A log line from elsewhere (a client).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLine {
+    pub unix_ms: i64,
+    pub level: String,
+    pub message: String,
+}
+
+/// Log lines one report may add.
+const CLIENT_LOG_LINES_MAX: usize = 16;
+
+/// Client-reported counters of one plugin's code.
+#[derive(Clone, Debug, Default)]
+struct ClientUsage {
+    digest: String,
+    calls: u64,
+    errors: u64,
+    busy_nanos: u64,
 }
 
 /// An attachment as `listAttachments` reports it.
@@ -233,6 +269,8 @@ struct State {
     /// Logs and counters of plugins by name: they outlive new code and a
     /// fetch, as long as the name is registered.
     logs: BTreeMap<String, (Arc<PluginLog>, Arc<PluginMetrics>)>,
+    /// What clients reported running, by plugin name (for its current code).
+    clients: BTreeMap<String, ClientUsage>,
 }
 
 /// See the module docs.
@@ -587,6 +625,8 @@ impl Plugins {
                 next.attachments.insert(topic.clone(), list);
             }
             next.logs = state.logs.clone();
+            next.clients = std::mem::take(&mut state.clients);
+            next.clients.retain(|name, usage| plugins.get(name).is_some_and(|entry| entry.digest == usage.digest));
             let gone: Vec<String> = state
                 .plugins
                 .values()
@@ -660,6 +700,33 @@ impl Plugins {
         let mut names: Vec<&String> = state.plugins.keys().chain(state.missing.keys()).collect();
         names.sort();
         names.into_iter().filter_map(|name| summary(&state, name)).collect()
+    }
+
+    /// Adds what a client reported of a partitioner it runs: counts to the
+    /// plugin's client counters, log lines (at most 16) to its log. A report
+    /// for code the plugin no longer runs (or never ran) is dropped.
+    pub fn note_client_report(&self, report: ClientReport) {
+        let mut state = lock(&self.state);
+        let Some(stored) = state.plugins.get(&report.plugin) else { return };
+        if stored.entry.digest != report.digest {
+            return;
+        }
+        let log = stored.log.clone();
+        let usage = state.clients.entry(report.plugin.clone()).or_default();
+        if usage.digest != report.digest {
+            *usage = ClientUsage { digest: report.digest.clone(), ..ClientUsage::default() };
+        }
+        usage.calls = usage.calls.saturating_add(report.calls);
+        usage.errors = usage.errors.saturating_add(report.errors);
+        usage.busy_nanos = usage.busy_nanos.saturating_add(report.busy_nanos);
+        drop(state);
+        for entry in report.log.into_iter().take(CLIENT_LOG_LINES_MAX) {
+            let level = ["trace", "debug", "info", "warn", "error"]
+                .into_iter()
+                .find(|level| *level == entry.level)
+                .unwrap_or("info");
+            log.push(level, format!("client ({}): {}", report.source, entry.message));
+        }
     }
 
     /// A registered plugin as `listPlugins` reports it.
@@ -984,6 +1051,7 @@ fn summary(state: &State, name: &str) -> Option<PluginSummary> {
         .map(|attachment| attachment.entry.topic.clone())
         .collect();
     attached_to.dedup();
+    let client = state.clients.get(name).filter(|usage| usage.digest == entry.digest);
     Some(PluginSummary {
         name: name.to_owned(),
         hook,
@@ -995,6 +1063,8 @@ fn summary(state: &State, name: &str) -> Option<PluginSummary> {
         traps: metrics.traps.load(Relaxed),
         busy_nanos: metrics.busy_nanos.load(Relaxed),
         attached_to,
+        client_calls: client.map_or(0, |usage| usage.calls),
+        client_errors: client.map_or(0, |usage| usage.errors),
     })
 }
 

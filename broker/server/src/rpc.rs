@@ -135,6 +135,8 @@ fn set_plugin_summary(mut builder: abi::weir_capnp::plugin_summary::Builder<'_>,
     builder.set_errors(plugin.errors);
     builder.set_traps(plugin.traps);
     builder.set_busy_nanos(plugin.busy_nanos);
+    builder.set_client_calls(plugin.client_calls);
+    builder.set_client_errors(plugin.client_errors);
     let mut topics = builder.init_attached_to(plugin.attached_to.len() as u32);
     for (index, topic) in plugin.attached_to.iter().enumerate() {
         topics.set(index as u32, &topic[..]);
@@ -1046,6 +1048,34 @@ impl admin::Server for AdminService {
         match self.node.finish_plugin_upload(id).await {
             Ok(plugin) => set_plugin_summary(results.get().init_plugin(), &plugin),
             Err(api_error) => set_error(results.get().init_error(), &api_error),
+        }
+        Ok(())
+    }
+
+    async fn report_plugin_calls(
+        self: Rc<Self>,
+        params: admin::ReportPluginCallsParams,
+        _: admin::ReportPluginCallsResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        for report in params.get()?.get_reports()? {
+            let mut log = Vec::new();
+            for entry in report.get_log()? {
+                log.push(crate::plugins::LogLine {
+                    unix_ms: entry.get_unix_ms(),
+                    level: text(entry.get_level()?)?,
+                    message: text(entry.get_message()?)?,
+                });
+            }
+            self.node.plugins().note_client_report(crate::plugins::ClientReport {
+                plugin: text(report.get_plugin()?)?,
+                digest: text(report.get_digest()?)?,
+                source: text(report.get_source()?)?,
+                calls: report.get_calls(),
+                errors: report.get_errors(),
+                busy_nanos: report.get_busy_nanos(),
+                log,
+            });
         }
         Ok(())
     }
