@@ -209,8 +209,8 @@ struct TransformPartition {
   partition @0 :Int32;
   nextOffset @1 :Int64;          # the next input offset to process
   lag @2 :Int64;                 # input high watermark - nextOffset
-  processed @3 :UInt64;          # input records since the broker started
-  emitted @4 :UInt64;            # output records since the broker started
+  processed @3 :UInt64;          # input records since the deployment (kept with the checkpoint)
+  emitted @4 :UInt64;            # output records since the deployment (kept with the checkpoint)
 }
 
 struct PluginSummary {

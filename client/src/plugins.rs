@@ -397,9 +397,10 @@ pub struct TransformPartition {
     pub next_offset: i64,
     /// Input high watermark minus `next_offset` (-1 unknown).
     pub lag: i64,
-    /// Input records processed since the broker started.
+    /// Input records processed since the deployment (replays count again;
+    /// kept with the checkpoint, so restarts and failovers keep them).
     pub processed: u64,
-    /// Output records produced since the broker started.
+    /// Output records produced since the deployment (likewise).
     pub emitted: u64,
 }
 

@@ -119,6 +119,11 @@ struct Checkpoint {
     /// of the run before (by this task before a crash, or by a deposed
     /// leader's) are never taken for the new run's.
     producer_epoch: i16,
+    /// Input records processed and output records produced since the
+    /// deployment (replays included): kept with the checkpoint, so they
+    /// survive restarts and failovers.
+    processed: u64,
+    emitted: u64,
 }
 
 /// A checkpoint as committed: the metadata of the group's offset (the offset
@@ -131,6 +136,10 @@ struct StoredCheckpoint {
     producer_epoch: i16,
     /// Output topic → (partition, next sequence number).
     sequences: BTreeMap<String, Vec<(i32, i32)>>,
+    #[serde(default)]
+    processed: u64,
+    #[serde(default)]
+    emitted: u64,
 }
 
 /// A checkpoint file of a broker from before replication.
@@ -158,6 +167,8 @@ impl Checkpoint {
             replay_generation: self.replay_generation,
             producer_epoch: self.producer_epoch,
             sequences,
+            processed: self.processed,
+            emitted: self.emitted,
         };
         serde_json::to_string(&stored).unwrap_or_default()
     }
@@ -174,6 +185,8 @@ impl Checkpoint {
             sequences: sequences.collect(),
             replay_generation: stored.replay_generation,
             producer_epoch: stored.producer_epoch,
+            processed: stored.processed,
+            emitted: stored.emitted,
         })
     }
 
@@ -187,6 +200,8 @@ impl Checkpoint {
             sequences: sequences.collect(),
             replay_generation: legacy.replay_generation,
             producer_epoch: 0,
+            processed: 0,
+            emitted: 0,
         })
     }
 
@@ -859,12 +874,10 @@ impl<H: TransformHost> PartitionTask<H> {
         // A replay recorded while this partition was not running here still
         // happens, once (a first start resolves the deployment's start offset).
         let mut generation = stored.as_ref().map_or(0, |checkpoint| checkpoint.replay_generation);
-        let mut checkpoint = stored.unwrap_or(Checkpoint {
-            next_offset: -1,
-            sequences: BTreeMap::new(),
-            replay_generation: 0,
-            producer_epoch: 0,
-        });
+        let checkpoint = stored.unwrap_or(Checkpoint { next_offset: -1, ..Checkpoint::default() });
+        self.progress.processed.store(checkpoint.processed, Ordering::Relaxed);
+        self.progress.emitted.store(checkpoint.emitted, Ordering::Relaxed);
+        let mut checkpoint = checkpoint;
         let mut starting = checkpoint.next_offset < 0;
         let mut buffers = vec![Vec::new()];
         loop {
@@ -1115,12 +1128,18 @@ impl<H: TransformHost> PartitionTask<H> {
             emitted += builder.record_count() as u64;
         }
         // Taken as done only once committed: a failed commit re-runs the batch.
-        let next = Checkpoint { next_offset: next_after, sequences, ..checkpoint.clone() };
+        let next = Checkpoint {
+            next_offset: next_after,
+            sequences,
+            processed: checkpoint.processed + count,
+            emitted: checkpoint.emitted + emitted,
+            ..checkpoint.clone()
+        };
         self.save(&next).await?;
         *checkpoint = next;
         self.forget_legacy();
-        self.progress.processed.fetch_add(count, Ordering::Relaxed);
-        self.progress.emitted.fetch_add(emitted, Ordering::Relaxed);
+        self.progress.processed.store(checkpoint.processed, Ordering::Relaxed);
+        self.progress.emitted.store(checkpoint.emitted, Ordering::Relaxed);
         self.progress.next_offset.store(next_after, Ordering::Relaxed);
         self.recovered();
         Ok(())
