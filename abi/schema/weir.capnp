@@ -194,6 +194,11 @@ struct TransformSpec {
   outputTopics @3 :List(Text);   # 1 to 8; the plugin's topic-index picks one
   start @4 :Int64;               # -2 earliest, -1 latest (default), else an offset
   config @5 :List(ConfigEntry);
+  # Where input records go that the plugin fails on for good (empty: none; a
+  # failing record then holds its partition). Each is produced there exactly
+  # once, as it was, with headers weir.dlq.error, weir.dlq.topic,
+  # weir.dlq.partition and weir.dlq.offset, and the partition moves on.
+  deadLetterTopic @6 :Text;
 }
 
 struct TransformStatus {
@@ -203,6 +208,7 @@ struct TransformStatus {
   outputTopics @3 :List(Text);
   state @4 :Text;                # running, paused, or failed: <why>
   partitions @5 :List(TransformPartition);
+  deadLetterTopic @6 :Text;      # empty: none
 }
 
 struct TransformPartition {
@@ -211,6 +217,7 @@ struct TransformPartition {
   lag @2 :Int64;                 # input high watermark - nextOffset
   processed @3 :UInt64;          # input records since the deployment (kept with the checkpoint)
   emitted @4 :UInt64;            # output records since the deployment (kept with the checkpoint)
+  deadLettered @5 :UInt64;       # input records sent to the dead-letter topic (likewise)
 }
 
 struct PluginSummary {

@@ -992,6 +992,7 @@ async fn measure_one(
                     output_topics: vec![output.name.clone()],
                     start: client::TRANSFORM_EARLIEST,
                     config: vec![],
+                    dead_letter_topic: None,
                 })
                 .await?
         }

@@ -30,6 +30,13 @@ pub enum TransformCommand {
         /// A setting for the plugin's init (repeatable).
         #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
         configs: Vec<(String, String)>,
+        /// Where input records go that the plugin fails on for good (a trap,
+        /// bad output, its own non-retryable error, one record over its
+        /// budget): produced there unchanged with weir.dlq.* headers saying
+        /// why, and the partition moves on. Without it such a record holds its
+        /// partition (state `retrying: …`).
+        #[arg(long)]
+        dead_letter_topic: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -96,6 +103,7 @@ fn status_json(status: &TransformStatus) -> serde_json::Value {
         "plugin": status.plugin,
         "input": status.input_topic,
         "outputs": status.output_topics,
+        "dead_letter_topic": status.dead_letter_topic,
         "state": status.state,
         "lag": status.partitions.iter().map(|partition| partition.lag.max(0)).sum::<i64>(),
         "partitions": status.partitions.iter().map(|partition| json!({
@@ -104,6 +112,7 @@ fn status_json(status: &TransformStatus) -> serde_json::Value {
             "lag": partition.lag,
             "processed": partition.processed,
             "emitted": partition.emitted,
+            "dead_lettered": partition.dead_lettered,
         })).collect::<Vec<_>>(),
     })
 }
@@ -119,7 +128,7 @@ async fn find(admin: &Admin, name: &str) -> anyhow::Result<TransformStatus> {
 
 pub async fn run(command: TransformCommand) -> anyhow::Result<()> {
     match command {
-        TransformCommand::Deploy { name, plugin, input, outputs, from, configs, client } => {
+        TransformCommand::Deploy { name, plugin, input, outputs, from, configs, dead_letter_topic, client } => {
             let spec = TransformSpec {
                 name: name.clone(),
                 plugin,
@@ -127,6 +136,7 @@ pub async fn run(command: TransformCommand) -> anyhow::Result<()> {
                 output_topics: outputs.clone(),
                 start: from,
                 config: configs,
+                dead_letter_topic,
             };
             Admin::new(client.common())?.deploy_transform(spec).await?;
             print(client.format, json!({"deployed": name, "input": input, "outputs": outputs}), || {
@@ -158,19 +168,28 @@ pub async fn run(command: TransformCommand) -> anyhow::Result<()> {
         TransformCommand::Describe { name, client } => {
             let status = find(&Admin::new(client.common())?, &name).await?;
             print(client.format, status_json(&status), || {
-                let mut rows =
-                    vec![["PARTITION", "NEXT-OFFSET", "LAG", "PROCESSED", "EMITTED"].map(str::to_owned).to_vec()];
+                let dead_letters = status.dead_letter_topic.is_some();
+                let mut header = vec!["PARTITION", "NEXT-OFFSET", "LAG", "PROCESSED", "EMITTED"];
+                header.extend(dead_letters.then_some("DEAD-LETTERED"));
+                let mut rows = vec![header.into_iter().map(str::to_owned).collect::<Vec<_>>()];
                 rows.extend(status.partitions.iter().map(|partition| {
-                    vec![
+                    let mut row = vec![
                         partition.partition.to_string(),
                         partition.next_offset.to_string(),
                         partition.lag.to_string(),
                         partition.processed.to_string(),
                         partition.emitted.to_string(),
-                    ]
+                    ];
+                    row.extend(dead_letters.then(|| partition.dead_lettered.to_string()));
+                    row
                 }));
+                let dead_letter_topic = status
+                    .dead_letter_topic
+                    .as_ref()
+                    .map(|topic| format!(" (dead letters to {topic})"))
+                    .unwrap_or_default();
                 format!(
-                    "transform {} (plugin {}): {} -> {}, {}\n{}",
+                    "transform {} (plugin {}): {} -> {}{dead_letter_topic}, {}\n{}",
                     status.name,
                     status.plugin,
                     status.input_topic,

@@ -371,6 +371,13 @@ pub struct TransformSpec {
     /// Where to start: [`TRANSFORM_EARLIEST`], [`TRANSFORM_LATEST`] or an offset.
     pub start: i64,
     pub config: Vec<(String, String)>,
+    /// Where input records go that the plugin fails on for good (a trap, bad
+    /// output, its own non-retryable error, one record over its budget):
+    /// produced there exactly once, unchanged, with headers `weir.dlq.error`,
+    /// `weir.dlq.topic`, `weir.dlq.partition` and `weir.dlq.offset`, and the
+    /// partition moves on. None: such a record holds its partition
+    /// (`retrying: …`).
+    pub dead_letter_topic: Option<String>,
 }
 
 /// Start (or replay) from each input partition's first record.
@@ -385,6 +392,7 @@ pub struct TransformStatus {
     pub plugin: String,
     pub input_topic: String,
     pub output_topics: Vec<String>,
+    pub dead_letter_topic: Option<String>,
     /// `running`, `paused`, `starting`, or `retrying: <why>`.
     pub state: String,
     pub partitions: Vec<TransformPartition>,
@@ -402,6 +410,8 @@ pub struct TransformPartition {
     pub processed: u64,
     /// Output records produced since the deployment (likewise).
     pub emitted: u64,
+    /// Input records sent to the dead-letter topic (likewise).
+    pub dead_lettered: u64,
 }
 
 impl Admin {
@@ -414,6 +424,7 @@ impl Admin {
             builder.set_plugin(&spec.plugin[..]);
             builder.set_input_topic(&spec.input_topic[..]);
             builder.set_start(spec.start);
+            builder.set_dead_letter_topic(spec.dead_letter_topic.as_deref().unwrap_or(""));
             let mut outputs = builder.reborrow().init_output_topics(spec.output_topics.len() as u32);
             for (index, topic) in spec.output_topics.iter().enumerate() {
                 outputs.set(index as u32, &topic[..]);
@@ -449,6 +460,8 @@ impl Admin {
                         plugin: text(transform.get_plugin())?,
                         input_topic: text(transform.get_input_topic())?,
                         output_topics: transform.get_output_topics()?.iter().map(text).collect::<Result<_, _>>()?,
+                        dead_letter_topic: Some(text(transform.get_dead_letter_topic())?)
+                            .filter(|topic| !topic.is_empty()),
                         state: text(transform.get_state())?,
                         partitions: transform
                             .get_partitions()?
@@ -459,6 +472,7 @@ impl Admin {
                                 lag: partition.get_lag(),
                                 processed: partition.get_processed(),
                                 emitted: partition.get_emitted(),
+                                dead_lettered: partition.get_dead_lettered(),
                             })
                             .collect(),
                     })

@@ -275,6 +275,7 @@ async fn a_transform_routes_and_rekeys_exactly_once_across_a_restart() {
         output_topics: vec!["eu".to_owned(), "elsewhere".to_owned()],
         start: client::TRANSFORM_EARLIEST,
         config: config.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect(),
+        dead_letter_topic: None,
     };
     assert_eq!(code_of(admin.deploy_transform(spec("route", &[("field", "region")])).await), ErrorCode::InvalidConfig);
     admin.deploy_transform(spec("route", &[("field", "region"), ("match", "eu")])).await.unwrap();
@@ -451,6 +452,7 @@ async fn transform_outputs_follow_the_output_topics_partitioner_plugin() {
         output_topics: vec!["out".to_owned()],
         start: client::TRANSFORM_EARLIEST,
         config: Vec::new(),
+        dead_letter_topic: None,
     };
     admin.deploy_transform(spec).await.unwrap();
     let outputs = read_all(&broker, &[("out", 4)], keys.len()).await;
@@ -628,6 +630,7 @@ async fn a_transform_batch_longer_than_its_budget_is_split_and_completes() {
         output_topics: vec!["slow-output".to_owned()],
         start: client::TRANSFORM_EARLIEST,
         config: vec![("iterations_per_record".to_owned(), "24000".to_owned())],
+        dead_letter_topic: None,
     };
     admin.deploy_transform(spec).await.unwrap();
     let outputs = read_all(&broker, &[("slow-output", 1)], RECORDS).await;
@@ -697,6 +700,7 @@ async fn python_and_javascript_plugins_run_end_to_end_on_default_settings() {
         output_topics: vec!["reversed".to_owned()],
         start: client::TRANSFORM_EARLIEST,
         config: Vec::new(),
+        dead_letter_topic: None,
     };
     admin.deploy_transform(spec).await.unwrap();
     let outputs = read_all(&broker, &[("reversed", 1)], 4 + RECORDS).await;
@@ -708,5 +712,92 @@ async fn python_and_javascript_plugins_run_end_to_end_on_default_settings() {
     let emitted: Vec<Vec<u8>> =
         outputs.iter().map(|record| record.value.clone().unwrap_or_default().to_vec()).collect();
     assert_eq!(emitted, expected, "the stored input, reversed, once each and in order");
+    broker.stop().await;
+}
+
+/// A record the transform fails on for good goes to the dead-letter topic,
+/// unchanged, with why and where from in its headers, and the partition moves
+/// on — for a plugin error and for a panic alike; counts survive in the
+/// status. Without a dead-letter topic the same record holds its partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_a_transform_fails_on_go_to_its_dead_letter_topic() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = relaxed_broker(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    for topic in ["raw", "clean", "clean-2", "dlq", "held-output"] {
+        admin.create_topic(NewTopic::new(topic, 1)).await.unwrap();
+    }
+    admin.upload_plugin("picky", "transform", wasm("identity_transform")).await.unwrap();
+    let values: Vec<Vec<u8>> = (0..100)
+        .map(|index| if index == 10 || index == 57 { b"bad".to_vec() } else { format!("ok-{index}").into_bytes() })
+        .collect();
+    let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    let connection = broker.connect().await;
+    support::produce_raw(&connection, "raw", 0, support::batch_of(1_000, &refs)).await.unwrap();
+    let spec = |name: &str, output: &str, fail_by: &str, dead_letters: Option<&str>| client::TransformSpec {
+        name: name.to_owned(),
+        plugin: "picky".to_owned(),
+        input_topic: "raw".to_owned(),
+        output_topics: vec![output.to_owned()],
+        start: client::TRANSFORM_EARLIEST,
+        config: vec![("fail_on".to_owned(), "bad".to_owned()), ("fail_by".to_owned(), fail_by.to_owned())],
+        dead_letter_topic: dead_letters.map(str::to_owned),
+    };
+    assert!(admin.deploy_transform(spec("loop", "clean", "error", Some("raw"))).await.is_err(), "not the input");
+    assert!(admin.deploy_transform(spec("loop", "clean", "error", Some("clean"))).await.is_err(), "not an output");
+    admin.deploy_transform(spec("errors", "clean", "error", Some("dlq"))).await.unwrap();
+    admin.deploy_transform(spec("panics", "clean-2", "panic", Some("dlq"))).await.unwrap();
+    admin.deploy_transform(spec("held", "held-output", "error", None)).await.unwrap();
+    assert_eq!(code_of(admin.delete_topic("dlq").await), ErrorCode::InvalidRequest, "in use by a transform");
+
+    support::wait_until("both transforms with dead letters are past every input record", || async {
+        let statuses = admin.list_transforms().await.unwrap();
+        ["errors", "panics"].iter().all(|name| {
+            let status = statuses.iter().find(|status| status.name == *name).unwrap();
+            status.partitions[0].next_offset == 100
+        })
+    })
+    .await;
+    let good: Vec<&[u8]> = refs.iter().copied().filter(|value| *value != b"bad").collect();
+    for output in ["clean", "clean-2"] {
+        let records = read_all(&broker, &[(output, 1)], good.len()).await;
+        let emitted: Vec<&[u8]> = records.iter().map(|record| record.value.as_deref().unwrap_or_default()).collect();
+        assert_eq!(emitted, good, "{output}: the rest, in order, once");
+    }
+    let letters = read_all(&broker, &[("dlq", 1)], 4).await;
+    assert_eq!(letters.len(), 4, "two bad records from each of two transforms");
+    let header = |record: &client::ConsumerRecord, name: &str| {
+        let value = record.headers.iter().find(|(key, _)| key == name).and_then(|(_, value)| value.clone());
+        String::from_utf8(value.unwrap_or_default().to_vec()).unwrap()
+    };
+    let mut offsets: Vec<String> = letters.iter().map(|record| header(record, "weir.dlq.offset")).collect();
+    offsets.sort();
+    assert_eq!(offsets, ["10", "10", "57", "57"]);
+    for letter in &letters {
+        assert_eq!(letter.value.as_deref(), Some(&b"bad"[..]), "unchanged");
+        assert_eq!(
+            (header(letter, "weir.dlq.topic"), header(letter, "weir.dlq.partition")),
+            ("raw".into(), "0".into())
+        );
+        let error = header(letter, "weir.dlq.error");
+        assert!(error.contains("cannot take") || error.contains("the plugin trapped"), "{error}");
+    }
+    let statuses = admin.list_transforms().await.unwrap();
+    for name in ["errors", "panics"] {
+        let status = statuses.iter().find(|status| status.name == name).unwrap();
+        assert_eq!(status.dead_letter_topic.as_deref(), Some("dlq"));
+        let partition = &status.partitions[0];
+        assert_eq!((partition.processed, partition.emitted, partition.dead_lettered), (100, 98, 2), "{status:?}");
+    }
+    // Without a dead-letter topic the bad record holds the partition (at the
+    // start of its batch: a batch is checkpointed whole).
+    support::wait_until("the transform without dead letters holds at the bad record", || async {
+        let statuses = admin.list_transforms().await.unwrap();
+        let held = statuses.iter().find(|status| status.name == "held").unwrap();
+        held.state.starts_with("retrying") && held.partitions[0].next_offset == 0
+    })
+    .await;
+    let logs = admin.plugin_logs("picky").await.unwrap();
+    assert!(logs.iter().any(|line| line.message.contains("sent to dead-letter topic \"dlq\"")), "{logs:?}");
     broker.stop().await;
 }

@@ -435,6 +435,7 @@ impl NativeAdmin {
             output_topics,
             start: transform_offset(&start)?,
             config: config.unwrap_or_default().into_iter().collect(),
+            dead_letter_topic: None,
         };
         call(env, async move { admin.deploy_transform(spec).await }, |()| ())
     }

@@ -550,6 +550,7 @@ fn transform_step(cluster: &Cluster, rng: &mut StdRng, topics: &[String]) -> Vec
                 config: Vec::new(),
                 producer_ids: (0..partitions).map(|partition| first + partition).collect(),
                 start_paused: rng.gen_bool(0.2),
+                dead_letter_topic: None,
             };
             cluster.image.deploy_transform(&entry)
         }

@@ -915,6 +915,7 @@ impl admin::Server for AdminService {
                 output_topics: spec.get_output_topics()?.iter().map(|topic| text(topic?)).collect::<Result<_, _>>()?,
                 start: spec.get_start(),
                 config: config_entries(spec.get_config()?)?,
+                dead_letter_topic: Some(text(spec.get_dead_letter_topic()?)?).filter(|topic| !topic.is_empty()),
             }
         };
         if let Err(api_error) = self.node.deploy_transform(spec).await {
@@ -941,15 +942,16 @@ impl admin::Server for AdminService {
             for (position, topic) in transform.output_topics.iter().enumerate() {
                 outputs.set(position as u32, &topic[..]);
             }
+            builder.set_dead_letter_topic(transform.dead_letter_topic.as_deref().unwrap_or(""));
             let mut partitions = builder.init_partitions(transform.partitions.len() as u32);
-            for (position, (partition, next_offset, lag, processed, emitted)) in transform.partitions.iter().enumerate()
-            {
+            for (position, progress) in transform.partitions.iter().enumerate() {
                 let mut entry = partitions.reborrow().get(position as u32);
-                entry.set_partition(*partition);
-                entry.set_next_offset(*next_offset);
-                entry.set_lag(*lag);
-                entry.set_processed(*processed);
-                entry.set_emitted(*emitted);
+                entry.set_partition(progress.partition);
+                entry.set_next_offset(progress.next_offset);
+                entry.set_lag(progress.lag);
+                entry.set_processed(progress.processed);
+                entry.set_emitted(progress.emitted);
+                entry.set_dead_lettered(progress.dead_lettered);
             }
         }
         Ok(())

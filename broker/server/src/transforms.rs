@@ -88,6 +88,8 @@ pub struct TransformSpec {
     pub output_topics: Vec<String>,
     pub start: i64,
     pub config: Vec<(String, String)>,
+    /// See [`TransformEntry::dead_letter_topic`].
+    pub dead_letter_topic: Option<String>,
 }
 
 /// A deployment as a single-node broker kept it (`transforms.json`), moved
@@ -124,6 +126,7 @@ struct Checkpoint {
     /// survive restarts and failovers.
     processed: u64,
     emitted: u64,
+    dead_lettered: u64,
 }
 
 /// A checkpoint as committed: the metadata of the group's offset (the offset
@@ -140,6 +143,8 @@ struct StoredCheckpoint {
     processed: u64,
     #[serde(default)]
     emitted: u64,
+    #[serde(default)]
+    dead_lettered: u64,
 }
 
 /// A checkpoint file of a broker from before replication.
@@ -169,6 +174,7 @@ impl Checkpoint {
             sequences,
             processed: self.processed,
             emitted: self.emitted,
+            dead_lettered: self.dead_lettered,
         };
         serde_json::to_string(&stored).unwrap_or_default()
     }
@@ -187,6 +193,7 @@ impl Checkpoint {
             producer_epoch: stored.producer_epoch,
             processed: stored.processed,
             emitted: stored.emitted,
+            dead_lettered: stored.dead_lettered,
         })
     }
 
@@ -202,6 +209,7 @@ impl Checkpoint {
             producer_epoch: 0,
             processed: 0,
             emitted: 0,
+            dead_lettered: 0,
         })
     }
 
@@ -253,6 +261,7 @@ struct Progress {
     next_offset: AtomicI64,
     processed: AtomicU64,
     emitted: AtomicU64,
+    dead_lettered: AtomicU64,
 }
 
 /// Pause, and the latest replay (its generation and offset).
@@ -308,13 +317,34 @@ pub struct Wanted {
 }
 
 /// What one broker reports of a deployment: its state there and the input
-/// partitions it runs, as (partition, next offset, lag, processed, emitted).
+/// partitions it runs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LocalStatus {
     pub name: String,
     pub producer_ids: Vec<i64>,
     pub state: String,
-    pub partitions: Vec<(i32, i64, i64, u64, u64)>,
+    pub partitions: Vec<PartitionProgress>,
+}
+
+/// Where one input partition of a deployment is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionProgress {
+    pub partition: i32,
+    /// The next input offset (-1: not known).
+    pub next_offset: i64,
+    /// Input high watermark minus `next_offset` (-1: not known).
+    pub lag: i64,
+    /// Since the deployment (kept with the checkpoint).
+    pub processed: u64,
+    pub emitted: u64,
+    pub dead_lettered: u64,
+}
+
+impl PartitionProgress {
+    /// A partition no broker reported.
+    pub fn unknown(partition: i32) -> PartitionProgress {
+        PartitionProgress { partition, next_offset: -1, lag: -1, processed: 0, emitted: 0, dead_lettered: 0 }
+    }
 }
 
 /// A deployment as `listTransforms` reports it.
@@ -324,9 +354,9 @@ pub struct TransformStatus {
     pub plugin: String,
     pub input_topic: String,
     pub output_topics: Vec<String>,
+    pub dead_letter_topic: Option<String>,
     pub state: String,
-    /// (partition, next offset, lag, processed, emitted).
-    pub partitions: Vec<(i32, i64, i64, u64, u64)>,
+    pub partitions: Vec<PartitionProgress>,
 }
 
 /// See the module docs.
@@ -688,7 +718,14 @@ impl Transforms {
                             _ => -1,
                         };
                         let count = |pick: fn(&Progress) -> &AtomicU64| pick(progress).load(Ordering::Relaxed);
-                        (*partition, next, lag, count(|p| &p.processed), count(|p| &p.emitted))
+                        PartitionProgress {
+                            partition: *partition,
+                            next_offset: next,
+                            lag,
+                            processed: count(|p| &p.processed),
+                            emitted: count(|p| &p.emitted),
+                            dead_lettered: count(|p| &p.dead_lettered),
+                        }
                     })
                     .collect();
                 LocalStatus { name: entry.name, producer_ids: entry.producer_ids, state, partitions }
@@ -709,6 +746,7 @@ pub fn check_spec(spec: &TransformSpec) -> Result<(), TransformsError> {
         config: Vec::new(),
         producer_ids: vec![0],
         start_paused: false,
+        dead_letter_topic: spec.dead_letter_topic.clone(),
     };
     broker_core::cluster::check_transform_entry(&entry).map_err(invalid)
 }
@@ -877,6 +915,7 @@ impl<H: TransformHost> PartitionTask<H> {
         let checkpoint = stored.unwrap_or(Checkpoint { next_offset: -1, ..Checkpoint::default() });
         self.progress.processed.store(checkpoint.processed, Ordering::Relaxed);
         self.progress.emitted.store(checkpoint.emitted, Ordering::Relaxed);
+        self.progress.dead_lettered.store(checkpoint.dead_lettered, Ordering::Relaxed);
         let mut checkpoint = checkpoint;
         let mut starting = checkpoint.next_offset < 0;
         let mut buffers = vec![Vec::new()];
@@ -1000,11 +1039,18 @@ impl<H: TransformHost> PartitionTask<H> {
     /// (`chunk_records_max`, which doubles again after a batch that needed no
     /// split). A transform that needs longer than one call's budget for a
     /// whole batch so moves on instead of failing the batch for ever.
-    async fn run_plugin(&mut self, input: PackedBatch) -> Result<Vec<TransformOutcome>, TransformsError> {
+    ///
+    /// With a dead-letter topic, a chunk the plugin fails on for good (see
+    /// [`fails_for_good`]) is split in halves too, down to the record it fails
+    /// on, which becomes an output to the dead-letter topic (index
+    /// `output_topics.len()`, see [`dead_letter`]); the second return counts
+    /// them.
+    async fn run_plugin(&mut self, input: PackedBatch) -> Result<(Vec<TransformOutcome>, u64), TransformsError> {
         let plugin_name = self.entry.plugin.clone();
         let failed = |error: PluginError| TransformsError::PluginFailed(format!("plugin {plugin_name:?}: {error}"));
         let mut pending: VecDeque<PackedBatch> = split(input, self.chunk_records_max)?.into();
         let mut outcomes = Vec::new();
+        let mut dead_lettered = 0;
         let mut was_split = false;
         while let Some(chunk) = pending.pop_front() {
             let (topic, partition, outputs) =
@@ -1030,13 +1076,44 @@ impl<H: TransformHost> PartitionTask<H> {
                         pending.push_front(part);
                     }
                 }
+                Err(error) if self.entry.dead_letter_topic.is_some() && fails_for_good(&error) => {
+                    if chunk.len() > 1 {
+                        let half = chunk.len().div_ceil(2);
+                        for part in split(chunk, half)?.into_iter().rev() {
+                            pending.push_front(part);
+                        }
+                        continue;
+                    }
+                    let index = self.entry.output_topics.len() as u8;
+                    let letter = dead_letter(&chunk, &error, &self.entry.input_topic, self.partition, index)?;
+                    let (offset, topic) = (chunk.base_offset, self.entry.dead_letter_topic.as_deref().unwrap_or(""));
+                    let offset = offset + chunk.records().map_or(0, |records| i64::from(records[0].offset_delta));
+                    let message = format!(
+                        "host: partition {} offset {offset}: sent to dead-letter topic {topic:?}: {error}",
+                        self.partition
+                    );
+                    self.plugin.log().push("warn", message);
+                    outcomes.push(letter);
+                    dead_lettered += 1;
+                }
                 Err(error) => return Err(failed(error)),
             }
         }
         if !was_split {
             self.chunk_records_max = self.chunk_records_max.saturating_mul(2);
         }
-        Ok(outcomes)
+        Ok((outcomes, dead_lettered))
+    }
+
+    /// Output topic `index`: one of the deployment's, or past them its
+    /// dead-letter topic.
+    fn output_topic(&self, index: usize) -> Result<&str, TransformsError> {
+        self.entry
+            .output_topics
+            .get(index)
+            .or(self.entry.dead_letter_topic.as_ref().filter(|_| index == self.entry.output_topics.len()))
+            .map(String::as_str)
+            .ok_or_else(|| TransformsError::PluginFailed(format!("no output topic {index}")))
     }
 
     /// Runs the plugin over one input batch, produces its outputs, checkpoints.
@@ -1070,7 +1147,7 @@ impl<H: TransformHost> PartitionTask<H> {
             );
         }
         let count = input.len() as u64;
-        let outcomes = self.run_plugin(input).await?;
+        let (outcomes, dead_lettered) = self.run_plugin(input).await?;
         let mut outputs = Vec::new();
         let mut topic_indexes: Vec<u8> = Vec::new();
         for outcome in &outcomes {
@@ -1096,7 +1173,7 @@ impl<H: TransformHost> PartitionTask<H> {
         // One batch per output partition, in output order.
         let mut batches: BTreeMap<(usize, i32), BatchBuilder> = BTreeMap::new();
         for ((record, topic_index), choice) in outputs.iter().zip(&topic_indexes).zip(chosen) {
-            let topic = &self.entry.output_topics[usize::from(*topic_index)];
+            let topic = self.output_topic(usize::from(*topic_index))?;
             let partitions = self.node.partition_count(topic)?;
             let partition = match (choice, record.key) {
                 (Some(partition), _) => partition as i32,
@@ -1112,7 +1189,7 @@ impl<H: TransformHost> PartitionTask<H> {
         let mut sequences = checkpoint.sequences.clone();
         let mut emitted = 0;
         for ((topic_index, partition), builder) in batches {
-            let topic = self.entry.output_topics[topic_index].clone();
+            let topic = self.output_topic(topic_index)?.to_owned();
             let key = (topic.clone(), partition);
             let sequence = sequences.get(&key).copied().unwrap_or(0);
             let builder = builder.producer(self.producer_id, checkpoint.producer_epoch, sequence);
@@ -1125,7 +1202,9 @@ impl<H: TransformHost> PartitionTask<H> {
             self.node.produce(request).await?;
             let next = ((sequence as i64 + builder.record_count() as i64) % (i32::MAX as i64 + 1)) as i32;
             sequences.insert(key, next);
-            emitted += builder.record_count() as u64;
+            if topic_index < self.entry.output_topics.len() {
+                emitted += builder.record_count() as u64;
+            }
         }
         // Taken as done only once committed: a failed commit re-runs the batch.
         let next = Checkpoint {
@@ -1133,6 +1212,7 @@ impl<H: TransformHost> PartitionTask<H> {
             sequences,
             processed: checkpoint.processed + count,
             emitted: checkpoint.emitted + emitted,
+            dead_lettered: checkpoint.dead_lettered + dead_lettered,
             ..checkpoint.clone()
         };
         self.save(&next).await?;
@@ -1140,6 +1220,7 @@ impl<H: TransformHost> PartitionTask<H> {
         self.forget_legacy();
         self.progress.processed.store(checkpoint.processed, Ordering::Relaxed);
         self.progress.emitted.store(checkpoint.emitted, Ordering::Relaxed);
+        self.progress.dead_lettered.store(checkpoint.dead_lettered, Ordering::Relaxed);
         self.progress.next_offset.store(next_after, Ordering::Relaxed);
         self.recovered();
         Ok(())
@@ -1156,6 +1237,46 @@ impl<H: TransformHost> PartitionTask<H> {
 
 /// `batch` in parts of at most `records_max` records, in order, each on the
 /// batch's own base offset and timestamp (so every delta still fits).
+/// Whether a plugin that failed this way on one record would fail on it
+/// again: a trap, bad output, its own `invalid-input` or `internal` error, or
+/// a single record over the CPU budget. A `retryable` error, a busy host or a
+/// call starved of time by the machine are passing.
+fn fails_for_good(error: &PluginError) -> bool {
+    match error {
+        PluginError::Trap(_) | PluginError::BadOutput(_) => true,
+        PluginError::Failed { code, .. } => *code != "retryable",
+        PluginError::Deadline { clock, .. } => *clock == plugin_host::DeadlineClock::CpuTime,
+        PluginError::Invalid(_) | PluginError::Config(_) | PluginError::Unavailable(_) => false,
+    }
+}
+
+/// The one record of `chunk` as a dead letter: unchanged, with headers saying
+/// where it came from and why (`weir.dlq.error`, `weir.dlq.topic`,
+/// `weir.dlq.partition`, `weir.dlq.offset`), to output topic `index`.
+fn dead_letter(
+    chunk: &PackedBatch,
+    error: &PluginError,
+    input_topic: &str,
+    partition: i32,
+    index: u8,
+) -> Result<TransformOutcome, TransformsError> {
+    let records = chunk.records().map_err(|error| TransformsError::Corrupt(error.to_string()))?;
+    let mut letter = PackedBatch::new(-1, chunk.base_timestamp_ms);
+    for record in &records {
+        let (error, partition) = (error.to_string(), partition.to_string());
+        let offset = (chunk.base_offset + i64::from(record.offset_delta)).to_string();
+        let mut headers = record.headers.clone();
+        headers.extend([
+            ("weir.dlq.error", Some(error.as_bytes())),
+            ("weir.dlq.topic", Some(input_topic.as_bytes())),
+            ("weir.dlq.partition", Some(partition.as_bytes())),
+            ("weir.dlq.offset", Some(offset.as_bytes())),
+        ]);
+        letter.push(0, record.timestamp_ms, record.key, record.value, headers);
+    }
+    Ok(TransformOutcome { topic_index: vec![index; records.len()], records: letter })
+}
+
 fn split(batch: PackedBatch, records_max: usize) -> Result<Vec<PackedBatch>, TransformsError> {
     if batch.len() <= records_max {
         return Ok(vec![batch]);

@@ -254,7 +254,15 @@ async fn run(admin: Admin, request: Request) -> Result<Value, ClientError> {
         Request::DeployTransform { name, plugin, input_topic, output_topics, start, config } => {
             let config = config.into_iter().collect();
             admin
-                .deploy_transform(client::TransformSpec { name, plugin, input_topic, output_topics, start, config })
+                .deploy_transform(client::TransformSpec {
+                    name,
+                    plugin,
+                    input_topic,
+                    output_topics,
+                    start,
+                    config,
+                    dead_letter_topic: None,
+                })
                 .await?;
             Value::Null
         }

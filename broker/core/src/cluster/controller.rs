@@ -595,7 +595,7 @@ impl ClusterImage {
                 entry.name
             )));
         }
-        for topic in std::iter::once(&entry.input_topic).chain(&entry.output_topics) {
+        for topic in std::iter::once(&entry.input_topic).chain(&entry.output_topics).chain(&entry.dead_letter_topic) {
             if !self.topics.contains_key(topic) {
                 return Err(ControllerError::UnknownTopic(topic.clone()));
             }

@@ -142,6 +142,11 @@ pub fn check_transform_entry(entry: &TransformEntry) -> Result<(), String> {
     if entry.output_topics.contains(&entry.input_topic) {
         return Err("a transform's output topic cannot be its input topic".to_owned());
     }
+    if let Some(dead_letter) = &entry.dead_letter_topic {
+        if *dead_letter == entry.input_topic || entry.output_topics.contains(dead_letter) {
+            return Err("a transform's dead-letter topic must be neither its input nor an output topic".to_owned());
+        }
+    }
     if entry.start < -2 {
         return Err(format!("start offset {} (use -2 earliest, -1 latest, or an offset)", entry.start));
     }
@@ -496,9 +501,11 @@ impl ClusterImage {
     }
 }
 
-/// The input and output topics of a transform.
+/// The input, output and dead-letter topics of a transform.
 fn transform_topics(entry: &TransformEntry) -> impl Iterator<Item = &str> {
-    std::iter::once(entry.input_topic.as_str()).chain(entry.output_topics.iter().map(String::as_str))
+    std::iter::once(entry.input_topic.as_str())
+        .chain(entry.output_topics.iter().map(String::as_str))
+        .chain(entry.dead_letter_topic.as_deref())
 }
 
 /// Replicas distinct and non-empty, ISR a non-empty subset, leader in the ISR.

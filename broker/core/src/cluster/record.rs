@@ -110,6 +110,12 @@ pub struct TransformEntry {
     /// Deployed paused (a paused deployment moved in from a single-node broker).
     #[serde(default)]
     pub start_paused: bool,
+    /// Where input records go that the plugin fails on for good (a bad
+    /// record, not a passing failure): produced there exactly once with the
+    /// error in headers, and the partition moves on. None: such a record holds
+    /// its partition until the plugin or the input changes.
+    #[serde(default)]
+    pub dead_letter_topic: Option<String>,
 }
 
 /// Most output topics of one transform.

@@ -52,7 +52,7 @@ use crate::metadata_store::MetadataError;
 use crate::partition::{lock, Partition};
 use crate::plugins::{hook_name, validate_name, FailurePolicy, PluginSummary, Plugins, StoredUpload};
 use crate::transforms::{
-    CheckpointCall, LocalStatus, TransformHost, TransformSpec, TransformStatus, Transforms, Wanted,
+    CheckpointCall, LocalStatus, PartitionProgress, TransformHost, TransformSpec, TransformStatus, Transforms, Wanted,
 };
 use broker_core::cluster::{
     AttachmentEntry, BrokerRegistration, ControllerError, ControllerRequest, ControllerResponse, IsrChoice,

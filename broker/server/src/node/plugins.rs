@@ -185,6 +185,7 @@ impl Node {
             config: spec.config,
             producer_ids,
             start_paused: false,
+            dead_letter_topic: spec.dead_letter_topic,
         };
         self.request(&ControllerRequest::DeployTransform(entry)).await?;
         self.follow_transforms().await;
@@ -304,6 +305,7 @@ impl Node {
                 config: deployment.config.clone(),
                 producer_ids: deployment.producer_ids.values().copied().collect(),
                 start_paused: deployment.paused,
+                dead_letter_topic: None,
             };
             let ids_in_order = deployment.producer_ids.keys().copied().eq(0..deployment.producer_ids.len() as i32);
             match known {
@@ -588,8 +590,9 @@ impl Node {
 /// One deployment as the brokers that lead its input partitions report it.
 fn merge_status(transform: TransformImage, reports: &[(i32, Result<Vec<LocalStatus>, String>)]) -> TransformStatus {
     let entry = transform.entry;
-    let mut partitions: BTreeMap<i32, (i32, i64, i64, u64, u64)> =
-        (0..entry.producer_ids.len() as i32).map(|partition| (partition, (partition, -1, -1, 0, 0))).collect();
+    let mut partitions: BTreeMap<i32, PartitionProgress> = (0..entry.producer_ids.len() as i32)
+        .map(|partition| (partition, PartitionProgress::unknown(partition)))
+        .collect();
     let mut states = Vec::new();
     let mut unreachable = Vec::new();
     let mut reported = std::collections::BTreeSet::new();
@@ -607,8 +610,8 @@ fn merge_status(transform: TransformImage, reports: &[(i32, Result<Vec<LocalStat
             continue;
         };
         for progress in &local.partitions {
-            partitions.insert(progress.0, *progress);
-            reported.insert(progress.0);
+            partitions.insert(progress.partition, *progress);
+            reported.insert(progress.partition);
         }
         let trouble = local.state.starts_with("retrying") || local.state.starts_with("failed");
         if trouble && (!local.partitions.is_empty() || local.state.starts_with("failed")) {
@@ -628,6 +631,7 @@ fn merge_status(transform: TransformImage, reports: &[(i32, Result<Vec<LocalStat
         plugin: entry.plugin,
         input_topic: entry.input_topic,
         output_topics: entry.output_topics,
+        dead_letter_topic: entry.dead_letter_topic,
         state,
         partitions: partitions.into_values().collect(),
     }
