@@ -31,10 +31,10 @@ pub enum TransformCommand {
         #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
         configs: Vec<(String, String)>,
         /// Where input records go that the plugin fails on for good (a trap,
-        /// bad output, its own non-retryable error, one record over its
-        /// budget): produced there unchanged with weir.dlq.* headers saying
-        /// why, and the partition moves on. Without it such a record holds its
-        /// partition (state `retrying: …`).
+        /// bad output, its own non-retryable error): produced there unchanged
+        /// with weir.dlq.* headers saying why, and the partition moves on.
+        /// Without it such a record holds its partition (state `retrying: …`).
+        /// Running out of time is not for good: it holds the partition.
         #[arg(long)]
         dead_letter_topic: Option<String>,
         #[command(flatten)]

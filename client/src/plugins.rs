@@ -372,7 +372,8 @@ pub struct TransformSpec {
     pub start: i64,
     pub config: Vec<(String, String)>,
     /// Where input records go that the plugin fails on for good (a trap, bad
-    /// output, its own non-retryable error, one record over its budget):
+    /// output, its own non-retryable error; not running out of time, which
+    /// depends on the machine):
     /// produced there exactly once, unchanged, with headers `weir.dlq.error`,
     /// `weir.dlq.topic`, `weir.dlq.partition` and `weir.dlq.offset`, and the
     /// partition moves on. None: such a record holds its partition

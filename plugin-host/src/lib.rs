@@ -266,13 +266,25 @@ struct Limiter {
     limits: StoreLimits,
     /// Bytes of all the instance's linear memories together.
     memory_bytes: usize,
+    /// The plugin's memory cap.
+    memory_bytes_max: usize,
 }
 
 impl wasmtime::ResourceLimiter for Limiter {
+    /// The cap holds for all of an instance's memories together.
     fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let total = (self.memory_bytes + desired).saturating_sub(current);
+        if total > self.memory_bytes_max {
+            // A trap, as `StoreLimits` with `trap_on_grow_failure` gives.
+            return Err(wasmtime::Error::msg(format!(
+                "forcing trap when growing memory: the instance's memories would take {total} bytes, more than \
+                 its cap of {}",
+                self.memory_bytes_max
+            )));
+        }
         let allowed = self.limits.memory_growing(current, desired, maximum)?;
         if allowed {
-            self.memory_bytes = (self.memory_bytes + desired).saturating_sub(current);
+            self.memory_bytes = total;
         }
         Ok(allowed)
     }
@@ -372,7 +384,7 @@ impl PluginEngine {
         let engine = Engine::new(&config).map_err(internal)?;
         let mut linker = Linker::new(&engine);
         PartitionerPlugin::add_to_linker::<State, HasSelf<State>>(&mut linker, |state| state).map_err(internal)?;
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(internal)?;
+        wasi::add_to_linker(&mut linker).map_err(internal)?;
 
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = (engine.clone(), stop.clone());
@@ -595,6 +607,7 @@ impl Instance {
         log: &Arc<PluginLog>,
     ) -> Result<Instance, CallError> {
         let budget = Budget::start(limits.init_deadline, limits.init_wall_deadline);
+        let memory_bytes_max = limits.memory_bytes;
         let limits = StoreLimitsBuilder::new()
             .memory_size(limits.memory_bytes)
             .trap_on_grow_failure(true)
@@ -603,12 +616,12 @@ impl Instance {
             .memories(8)
             .build();
         let state = State {
-            limits: Limiter { limits, memory_bytes: 0 },
+            limits: Limiter { limits, memory_bytes: 0, memory_bytes_max },
             log: log.clone(),
             budget,
             expired: None,
             wasi: wasi::context(config, log),
-            table: wasmtime::component::ResourceTable::new(),
+            table: wasi::table(),
         };
         let mut store = Store::new(&plugin.engine, state);
         store.limiter(|state| &mut state.limits);
@@ -807,7 +820,14 @@ impl Plugin {
         for attempt in 0..2 {
             if self.instance.is_none() {
                 if let Err(error) = self.fresh_instance() {
-                    outcome = Err(error);
+                    // Not this batch's doing: whoever called may try again.
+                    let why = match error {
+                        CallError::Trap(message) => format!("trapped: {message}"),
+                        CallError::Deadline(clock) => format!("ran past its {clock} deadline"),
+                        CallError::Other(error) => error.to_string(),
+                    };
+                    let message = format!("a fresh instance did not start ({why})");
+                    outcome = Err(CallError::Other(PluginError::Unavailable(message)));
                     break;
                 }
             }

@@ -302,3 +302,28 @@ fn compiled_artifacts_round_trip_through_the_cache_form() {
     let mut plugin = start(&loaded, &[]).unwrap();
     assert!(matches!(plugin.on_produce("t", 0, &mut batch(&[b"{"])).unwrap(), ProduceOutcome::Reject(_)));
 }
+
+/// A plugin that prints and sleeps, called from a Tokio worker thread (as a
+/// producer calls its partitioner): the output reaches the log, the sleep
+/// returns at once (nothing a plugin does waits), and nothing panics.
+#[test]
+fn printing_and_sleeping_neither_blocks_nor_panics_on_a_tokio_worker() {
+    let engine = Arc::new(engine(relaxed()));
+    let compiled = compile(&engine, "identity_transform");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
+    let (done, finished) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        // An hour per record: only a sleep that does not wait lets this end.
+        let log = Arc::new(PluginLog::new(64, 1024));
+        let config = vec![("print".to_owned(), "true".to_owned()), ("sleep_ms".to_owned(), "3600000".to_owned())];
+        let outcome = Plugin::start(compiled, config, log.clone(), Arc::default()).and_then(|mut plugin| {
+            plugin.process("in", 0, &mut batch(&[b"one", b"two"]), 1).map(|output| output.records.len())
+        });
+        let _ = done.send((outcome, log.entries()));
+    });
+    let (outcome, entries) = finished.recv_timeout(Duration::from_secs(120)).expect("the call returns");
+    assert_eq!(outcome, Ok(2), "{entries:?}");
+    let lines: Vec<(&str, &str)> = entries.iter().map(|entry| (entry.level, entry.message.as_str())).collect();
+    assert!(lines.contains(&("info", "value Some(\"one\")")), "{lines:?}");
+    assert!(lines.contains(&("warn", "to stderr too")), "{lines:?}");
+}

@@ -625,8 +625,7 @@ impl Plugins {
                 next.attachments.insert(topic.clone(), list);
             }
             next.logs = state.logs.clone();
-            next.clients = std::mem::take(&mut state.clients);
-            next.clients.retain(|name, usage| plugins.get(name).is_some_and(|entry| entry.digest == usage.digest));
+
             let gone: Vec<String> = state
                 .plugins
                 .values()
@@ -651,7 +650,13 @@ impl Plugins {
             }
         }
         let missing: Vec<PluginEntry> = next.missing.values().cloned().collect();
-        *lock(&self.state) = next;
+        // Client reports may have arrived while instances started: taken now.
+        let mut state = lock(&self.state);
+        next.clients = std::mem::take(&mut state.clients);
+        next.clients
+            .retain(|name, usage| next.plugins.get(name).is_some_and(|stored| stored.entry.digest == usage.digest));
+        *state = next;
+        drop(state);
         // Code no plugin runs any more: its bytes and artifact go (unless an
         // upload of the same bytes is on its way to be registered; the pins
         // stay locked meanwhile, so no upload pins a file being deleted).
@@ -704,11 +709,13 @@ impl Plugins {
 
     /// Adds what a client reported of a partitioner it runs: counts to the
     /// plugin's client counters, log lines (at most 16) to its log. A report
-    /// for code the plugin no longer runs (or never ran) is dropped.
+    /// for code the plugin no longer runs (or never ran), or for a plugin that
+    /// is not a partitioner, is dropped.
     pub fn note_client_report(&self, report: ClientReport) {
         let mut state = lock(&self.state);
         let Some(stored) = state.plugins.get(&report.plugin) else { return };
-        if stored.entry.digest != report.digest {
+        // Clients run partitioners only.
+        if stored.entry.digest != report.digest || stored.compiled.kind() != HookKind::Partitioner {
             return;
         }
         let log = stored.log.clone();

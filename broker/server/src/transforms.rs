@@ -1087,7 +1087,9 @@ impl<H: TransformHost> PartitionTask<H> {
                     let index = self.entry.output_topics.len() as u8;
                     let letter = dead_letter(&chunk, &error, &self.entry.input_topic, self.partition, index)?;
                     let (offset, topic) = (chunk.base_offset, self.entry.dead_letter_topic.as_deref().unwrap_or(""));
-                    let offset = offset + chunk.records().map_or(0, |records| i64::from(records[0].offset_delta));
+                    let first =
+                        chunk.records().ok().and_then(|records| records.first().map(|record| record.offset_delta));
+                    let offset = offset + first.map_or(0, i64::from);
                     let message = format!(
                         "host: partition {} offset {offset}: sent to dead-letter topic {topic:?}: {error}",
                         self.partition
@@ -1235,18 +1237,21 @@ impl<H: TransformHost> PartitionTask<H> {
     }
 }
 
-/// `batch` in parts of at most `records_max` records, in order, each on the
-/// batch's own base offset and timestamp (so every delta still fits).
 /// Whether a plugin that failed this way on one record would fail on it
-/// again: a trap, bad output, its own `invalid-input` or `internal` error, or
-/// a single record over the CPU budget. A `retryable` error, a busy host or a
-/// call starved of time by the machine are passing.
+/// again, the same way, on every run (exactly once needs a re-run after a crash
+/// to dead-letter the same records): a trap (the host already retried it on a
+/// fresh instance), bad output, or its own `invalid-input` or `internal` error.
+/// A `retryable` error, a busy host, an instance that could not start, and
+/// running out of time — which depends on the machine and on the instance's
+/// history — are not: they hold the partition.
 fn fails_for_good(error: &PluginError) -> bool {
     match error {
         PluginError::Trap(_) | PluginError::BadOutput(_) => true,
         PluginError::Failed { code, .. } => *code != "retryable",
-        PluginError::Deadline { clock, .. } => *clock == plugin_host::DeadlineClock::CpuTime,
-        PluginError::Invalid(_) | PluginError::Config(_) | PluginError::Unavailable(_) => false,
+        PluginError::Deadline { .. }
+        | PluginError::Invalid(_)
+        | PluginError::Config(_)
+        | PluginError::Unavailable(_) => false,
     }
 }
 
@@ -1262,6 +1267,7 @@ fn dead_letter(
 ) -> Result<TransformOutcome, TransformsError> {
     let records = chunk.records().map_err(|error| TransformsError::Corrupt(error.to_string()))?;
     let mut letter = PackedBatch::new(-1, chunk.base_timestamp_ms);
+    // One record (the caller split down to it); all of them if ever more.
     for record in &records {
         let (error, partition) = (error.to_string(), partition.to_string());
         let offset = (chunk.base_offset + i64::from(record.offset_delta)).to_string();
@@ -1277,6 +1283,8 @@ fn dead_letter(
     Ok(TransformOutcome { topic_index: vec![index; records.len()], records: letter })
 }
 
+/// `batch` in parts of at most `records_max` records, in order, each on the
+/// batch's own base offset and timestamp (so every delta still fits).
 fn split(batch: PackedBatch, records_max: usize) -> Result<Vec<PackedBatch>, TransformsError> {
     if batch.len() <= records_max {
         return Ok(vec![batch]);

@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// Longest any test waits for a condition before failing.
-pub const WAIT_MAX: Duration = Duration::from_secs(10);
+pub const WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// A running broker; `stop` shuts it down cleanly.
 pub struct TestBroker {

@@ -27,7 +27,24 @@ impl Node {
     /// every attachment's configuration, or nothing changes.
     pub async fn upload_plugin(&self, name: &str, hook: &str, wasm: Vec<u8>) -> Result<PluginSummary, ApiError> {
         validate_name(name)?;
-        if let Some(summary) = self.already_uploaded(name, hook, &plugin_host::hex_sha256(&wasm)) {
+        let (wasm, digest) = blocking(move || {
+            let digest = plugin_host::hex_sha256(&wasm);
+            Ok::<_, ApiError>((wasm, digest))
+        })
+        .await?;
+        self.upload_plugin_with_digest(name, hook, wasm, &digest).await
+    }
+
+    /// [`Node::upload_plugin`] of bytes whose SHA-256 is known.
+    async fn upload_plugin_with_digest(
+        &self,
+        name: &str,
+        hook: &str,
+        wasm: Vec<u8>,
+        digest: &str,
+    ) -> Result<PluginSummary, ApiError> {
+        validate_name(name)?;
+        if let Some(summary) = self.already_uploaded(name, hook, digest) {
             return Ok(summary);
         }
         let plugins = self.plugins.clone();
@@ -92,8 +109,17 @@ impl Node {
     /// Ends an upload: its bytes, checked against what was announced, are
     /// uploaded as by [`Node::upload_plugin`].
     pub async fn finish_plugin_upload(&self, id: u64) -> Result<PluginSummary, ApiError> {
-        let (announced, wasm) = lock(&self.uploads).finish(id)?;
-        self.upload_plugin(&announced.name, &announced.hook, wasm).await
+        let now_ms = self.clock.now_ms();
+        let (announced, wasm) = lock(&self.uploads).finish(id, now_ms)?;
+        // Counted as in progress until registered, or abandoned with the call.
+        struct Done<'a>(&'a Mutex<uploads::PendingUploads>, u64);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                lock(self.0).done(self.1);
+            }
+        }
+        let _done = Done(&self.uploads, id);
+        self.upload_plugin_with_digest(&announced.name, &announced.hook, wasm, &announced.digest).await
     }
 
     /// Registers a stored upload under `name` (see [`Node::upload_plugin`]).
