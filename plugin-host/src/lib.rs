@@ -409,16 +409,7 @@ impl PluginEngine {
     /// the contract's hook worlds. Slow (tens to hundreds of ms): do it once, on
     /// upload, and keep the result (or its [`CompiledPlugin::serialize`]d form).
     pub fn compile(&self, wasm: &[u8]) -> Result<CompiledPlugin, PluginError> {
-        if !wasm.starts_with(b"\0asm") {
-            return Err(PluginError::Invalid("not a WebAssembly binary (no \\0asm header)".to_owned()));
-        }
-        if wasm.get(4..8) == Some(&[1, 0, 0, 0]) {
-            return Err(PluginError::Invalid(
-                "a core WebAssembly module, not a component: build the plugin for wasm32-wasip2 \
-                 (see plugins/README.md)"
-                    .to_owned(),
-            ));
-        }
+        check_header(wasm)?;
         let component = Component::new(&self.engine, wasm).map_err(|error| {
             PluginError::Invalid(format!("not a WebAssembly component the host can compile: {error:#}"))
         })?;
@@ -440,18 +431,7 @@ impl PluginEngine {
     fn prepare(&self, component: Component, digest: String) -> Result<CompiledPlugin, PluginError> {
         let exported: Vec<String> =
             component.component_type().exports(&self.engine).map(|(name, _)| name.to_owned()).collect();
-        let kinds: Vec<HookKind> =
-            HookKind::ALL.into_iter().filter(|kind| exported.iter().any(|name| *name == kind.export())).collect();
-        let kind = match kinds[..] {
-            [kind] => kind,
-            [] => {
-                return Err(PluginError::Invalid(format!(
-                    "exports none of the {CONTRACT} hooks (partitioner, produce-interceptor, \
-                     consume-interceptor, transform); it exports {exported:?}"
-                )))
-            }
-            _ => return Err(PluginError::Invalid(format!("exports more than one hook: {kinds:?}"))),
-        };
+        let kind = hook_of(&exported)?;
         // Everything a plugin imports must be the contract's `host` or WASI 0.2:
         // anything else is refused here, naming the import, not at its first call.
         let pre = self.linker.instantiate_pre(&component).map_err(|error| {
@@ -474,6 +454,97 @@ impl PluginEngine {
             HookKind::Transform => Pre::Transform(TransformPluginPre::new(pre).map_err(mismatch)?),
         };
         Ok(CompiledPlugin { kind, digest, component, pre, engine: self.engine.clone(), limits: self.limits.clone() })
+    }
+}
+
+/// What [`inspect`] learnt of an upload without compiling it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inspection {
+    pub kind: HookKind,
+    /// Lowercase hex SHA-256 of the bytes.
+    pub digest: String,
+}
+
+fn check_header(wasm: &[u8]) -> Result<(), PluginError> {
+    if !wasm.starts_with(b"\0asm") {
+        return Err(PluginError::Invalid("not a WebAssembly binary (no \\0asm header)".to_owned()));
+    }
+    if wasm.get(4..8) == Some(&[1, 0, 0, 0]) {
+        return Err(PluginError::Invalid(
+            "a core WebAssembly module, not a component: build the plugin for wasm32-wasip2 \
+             (see plugins/README.md)"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a component may import `name`: the contract's `host` interface (and
+/// its `types`), or an interface of WASI 0.2 (what this host provides, locked
+/// down).
+fn importable(name: &str) -> bool {
+    let contract_version = &CONTRACT["weir:plugin@".len()..];
+    ["host", "types"].iter().any(|interface| name == format!("weir:plugin/{interface}@{contract_version}"))
+        || name.strip_prefix("wasi:").is_some_and(|rest| rest.contains("@0.2."))
+}
+
+/// Reads what an upload is without compiling it (milliseconds, where a compile
+/// takes seconds for an interpreter's component): a component (not a core
+/// module) that exports exactly one of the contract's hooks and imports only
+/// the contract's `host` and WASI 0.2. [`PluginEngine::compile`] validates the
+/// rest (every function body, the exact types of the imports); an upload
+/// passing this can still fail there.
+pub fn inspect(wasm: &[u8]) -> Result<Inspection, PluginError> {
+    use wasmparser::{Parser, Payload};
+    check_header(wasm)?;
+    let malformed = |error: wasmparser::BinaryReaderError| {
+        PluginError::Invalid(format!("not a WebAssembly component the host can read: {error}"))
+    };
+    let (mut exported, mut refused) = (Vec::new(), Vec::new());
+    // Nested modules and components are parsed in line; only the outermost
+    // component's imports and exports are the plugin's.
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(wasm) {
+        match payload.map_err(malformed)? {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(imports) if depth == 0 => {
+                for import in imports {
+                    let name = import.map_err(malformed)?.name.name;
+                    if !importable(name) {
+                        refused.push(name.to_owned());
+                    }
+                }
+            }
+            Payload::ComponentExportSection(exports) if depth == 0 => {
+                for export in exports {
+                    exported.push(export.map_err(malformed)?.name.name.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    if !refused.is_empty() {
+        return Err(PluginError::Invalid(format!(
+            "imports {refused:?}, which this host does not provide (plugins get {CONTRACT}'s host \
+             and types interfaces and WASI 0.2)"
+        )));
+    }
+    let kind = hook_of(&exported)?;
+    Ok(Inspection { kind, digest: hex_sha256(wasm) })
+}
+
+/// The one hook among a component's exports.
+fn hook_of(exported: &[String]) -> Result<HookKind, PluginError> {
+    let kinds: Vec<HookKind> =
+        HookKind::ALL.into_iter().filter(|kind| exported.iter().any(|name| *name == kind.export())).collect();
+    match kinds[..] {
+        [kind] => Ok(kind),
+        [] => Err(PluginError::Invalid(format!(
+            "exports none of the {CONTRACT} hooks (partitioner, produce-interceptor, \
+             consume-interceptor, transform); it exports {exported:?}"
+        ))),
+        _ => Err(PluginError::Invalid(format!("exports more than one hook: {kinds:?}"))),
     }
 }
 
@@ -581,7 +652,24 @@ enum CallError {
 fn classify(error: wasmtime::Error, store: &Store<State>) -> CallError {
     match error.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::Interrupt) => CallError::Deadline(store.data().expired.unwrap_or(DeadlineClock::CpuTime)),
-        _ => CallError::Trap(format!("{error:#}")),
+        _ => CallError::Trap(trap_summary(&error)),
+    }
+}
+
+/// A trap in one line: what happened and the innermost function it happened
+/// in (a whole wasm backtrace runs to kilobytes).
+fn trap_summary(error: &wasmtime::Error) -> String {
+    let cause = error.root_cause().to_string();
+    let Some(frames) = error.downcast_ref::<wasmtime::WasmBacktrace>().map(wasmtime::WasmBacktrace::frames) else {
+        return cause;
+    };
+    // The innermost frame with a name (a plugin built with its name section),
+    // else the innermost frame's index.
+    let named = frames.iter().find_map(|frame| frame.func_name().map(str::to_owned));
+    match (named, frames.first()) {
+        (Some(function), _) => format!("{cause} (in {function})"),
+        (None, Some(frame)) => format!("{cause} (in wasm function {})", frame.func_index()),
+        (None, None) => cause,
     }
 }
 

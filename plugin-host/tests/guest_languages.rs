@@ -5,22 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+mod support;
+
 use std::sync::Arc;
 use std::time::Instant;
 
 use plugin_host::{ConsumeOutcome, HostLimits, PackedBatch, Plugin, PluginEngine, PluginLog, PluginMetrics};
-
-fn wasm(name: &str) -> Vec<u8> {
-    let dir = match std::env::var_os("WEIR_PLUGIN_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/plugins/wasm32-wasip2/release"),
-    };
-    let path = dir.join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|error| {
-        panic!("{}: {error}; build the plugins first: ./scripts/build-plugins.sh", path.display())
-    })
-}
+use support::wasm;
 
 fn start(engine: &PluginEngine, name: &str, config: &[(&str, &str)]) -> (Plugin, Arc<PluginLog>) {
     let started = Instant::now();
