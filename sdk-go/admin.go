@@ -254,9 +254,17 @@ type Plugin struct {
 	Errors     uint64   `json:"errors"`
 	Traps      uint64   `json:"traps"`
 	AttachedTo []string `json:"attachedTo"`
+	// State is "ready", "compiling" (an upload answers before the broker
+	// compiles), "failed" (see StateReason) or "fetching".
+	State string `json:"state"`
+	// StateReason says why the code failed to compile; empty otherwise.
+	StateReason string `json:"stateReason"`
 }
 
-// UploadPlugin stores a WebAssembly component as plugin name for hook.
+// UploadPlugin stores a WebAssembly component as plugin name for hook. The
+// broker compiles it in the background: the answer's State may be
+// "compiling" (ListPlugins shows when it is "ready" or "failed"); attaching or
+// deploying the plugin waits for the compile.
 func (a *Admin) UploadPlugin(ctx context.Context, name, hook string, wasm []byte) (Plugin, error) {
 	var p Plugin
 	err := a.run(ctx, &p, func(handle *C.WeirAdmin, queue *C.WeirQueue, token C.uint64_t) *C.WeirError {
@@ -340,6 +348,10 @@ type Transform struct {
 	// Start is TransformEarliest, TransformLatest or an offset.
 	Start  int64
 	Config map[string]string
+	// DeadLetterTopic, when set, takes the records the plugin fails on for
+	// good (unchanged, with weir.dlq.* headers); otherwise such a record holds
+	// its partition.
+	DeadLetterTopic string
 }
 
 // DeployTransform deploys a transform.
@@ -347,6 +359,9 @@ func (a *Admin) DeployTransform(ctx context.Context, t Transform) error {
 	request := map[string]any{"op": "deployTransform", "name": t.Name, "plugin": t.Plugin, "inputTopic": t.InputTopic, "outputTopics": t.OutputTopics, "start": t.Start}
 	if t.Config != nil {
 		request["config"] = t.Config
+	}
+	if t.DeadLetterTopic != "" {
+		request["deadLetterTopic"] = t.DeadLetterTopic
 	}
 	return a.do(ctx, request, nil)
 }
@@ -359,6 +374,8 @@ type TransformPartition struct {
 	Lag       int64  `json:"lag"`
 	Processed uint64 `json:"processed"`
 	Emitted   uint64 `json:"emitted"`
+	// DeadLettered counts records sent to the dead-letter topic.
+	DeadLettered uint64 `json:"deadLettered"`
 }
 
 // TransformStatus is a deployed transform and its progress.
@@ -367,6 +384,8 @@ type TransformStatus struct {
 	Plugin       string   `json:"plugin"`
 	InputTopic   string   `json:"inputTopic"`
 	OutputTopics []string `json:"outputTopics"`
+	// DeadLetterTopic is empty when the transform has none.
+	DeadLetterTopic string `json:"deadLetterTopic"`
 	// State is "running", "paused", "starting" or "retrying: <why>".
 	State      string               `json:"state"`
 	Partitions []TransformPartition `json:"partitions"`

@@ -201,6 +201,15 @@ func TestConformancePartitionerPluginPlacesRecordsAsFromRust(t *testing.T) {
 	if err := c.Admin().SetPartitioner(ctx, placed.Topic, placed.Plugin, placed.Config); err != nil {
 		t.Fatal(err)
 	}
+	plugins, err := c.Admin().ListPlugins(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, plugin := range plugins {
+		if plugin.Name == placed.Plugin && (plugin.State != "ready" || plugin.StateReason != "") {
+			t.Fatalf("setting a partitioner waits for its compile: %+v", plugin)
+		}
+	}
 	p, err := c.NewProducer(ProducerConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +223,7 @@ func TestConformancePartitionerPluginPlacesRecordsAsFromRust(t *testing.T) {
 			t.Fatalf("key %q on partition %d, want %d", placement.Key, mds[0].Partition, placement.Partition)
 		}
 	}
-	plugins, err := c.Admin().ListPlugins(ctx)
+	plugins, err = c.Admin().ListPlugins(ctx)
 	if err != nil || len(plugins) == 0 || plugins[0].Name != placed.Plugin || len(plugins[0].AttachedTo) == 0 {
 		t.Fatalf("plugins %+v %v", plugins, err)
 	}

@@ -363,7 +363,12 @@ export declare class Admin {
     }): Promise<void>;
     /** Deletes groups and their committed offsets (each must have no members). */
     deleteGroups(groupIds: string[]): Promise<void>;
-    /** Uploads a WebAssembly component as plugin `name` for `hook`. */
+    /**
+     * Uploads a WebAssembly component as plugin `name` for `hook`. The broker
+     * compiles it in the background: the answer's `state` may be `compiling`
+     * (`listPlugins` shows when it is `ready` or `failed`); attaching or
+     * deploying the plugin waits for the compile.
+     */
     uploadPlugin(options: {
         name: string;
         hook: 'partitioner' | 'produce-interceptor' | 'consume-interceptor' | 'transform';
@@ -403,6 +408,8 @@ export declare class Admin {
         outputs: string[];
         from?: TransformStart;
         config?: Record<string, string>;
+        /** Where records the plugin fails on for good go (otherwise they hold their partition). */
+        deadLetterTopic?: string;
     }): Promise<void>;
     /** Every deployed transform, with its progress per input partition. */
     listTransforms(): Promise<NativeTypes.TransformStatus[]>;

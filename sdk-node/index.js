@@ -954,7 +954,12 @@ class Admin {
         for (const groupId of groupIds)
             await call(() => this.#native.deleteGroup(groupId));
     }
-    /** Uploads a WebAssembly component as plugin `name` for `hook`. */
+    /**
+     * Uploads a WebAssembly component as plugin `name` for `hook`. The broker
+     * compiles it in the background: the answer's `state` may be `compiling`
+     * (`listPlugins` shows when it is `ready` or `failed`); attaching or
+     * deploying the plugin waits for the compile.
+     */
     async uploadPlugin(options) {
         return call(() => this.#native.uploadPlugin(options.name, options.hook, options.wasm));
     }
@@ -985,8 +990,8 @@ class Admin {
     }
     /** Deploys a transform plugin over `input`, writing to `outputs`. */
     async deployTransform(options) {
-        const { name, plugin, input, outputs, from, config } = options;
-        await call(() => this.#native.deployTransform(name, plugin, input, outputs, transformStart(from), config ?? {}));
+        const { name, plugin, input, outputs, from, config, deadLetterTopic } = options;
+        await call(() => this.#native.deployTransform(name, plugin, input, outputs, transformStart(from), config ?? {}, deadLetterTopic ?? null));
     }
     /** Every deployed transform, with its progress per input partition. */
     async listTransforms() {

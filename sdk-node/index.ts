@@ -1156,7 +1156,12 @@ export class Admin {
     for (const groupId of groupIds) await call(() => this.#native.deleteGroup(groupId))
   }
 
-  /** Uploads a WebAssembly component as plugin `name` for `hook`. */
+  /**
+   * Uploads a WebAssembly component as plugin `name` for `hook`. The broker
+   * compiles it in the background: the answer's `state` may be `compiling`
+   * (`listPlugins` shows when it is `ready` or `failed`); attaching or
+   * deploying the plugin waits for the compile.
+   */
   async uploadPlugin(options: {
     name: string
     hook: 'partitioner' | 'produce-interceptor' | 'consume-interceptor' | 'transform'
@@ -1210,9 +1215,13 @@ export class Admin {
     outputs: string[]
     from?: TransformStart
     config?: Record<string, string>
+    /** Where records the plugin fails on for good go (otherwise they hold their partition). */
+    deadLetterTopic?: string
   }): Promise<void> {
-    const { name, plugin, input, outputs, from, config } = options
-    await call(() => this.#native.deployTransform(name, plugin, input, outputs, transformStart(from), config ?? {}))
+    const { name, plugin, input, outputs, from, config, deadLetterTopic } = options
+    await call(() =>
+      this.#native.deployTransform(name, plugin, input, outputs, transformStart(from), config ?? {}, deadLetterTopic ?? null),
+    )
   }
 
   /** Every deployed transform, with its progress per input partition. */

@@ -30,7 +30,12 @@ export declare class NativeAdmin {
   /** Sets a group's committed offsets (the group must have no members). */
   resetOffsets(groupId: string, offsets: Array<TopicPartitionOffset>): Promise<void>
   deleteGroup(groupId: string): Promise<void>
-  /** Uploads a WebAssembly component as plugin `name` for `hook`. */
+  /**
+   * Uploads a WebAssembly component as plugin `name` for `hook`. The broker
+   * compiles it in the background: the answer's `state` may be `compiling`
+   * (`listPlugins` shows when it is `ready` or `failed`); attaching or
+   * deploying the plugin waits for the compile.
+   */
   uploadPlugin(name: string, hook: string, wasm: Buffer): Promise<PluginDescription>
   listPlugins(): Promise<Array<PluginDescription>>
   deletePlugin(name: string): Promise<void>
@@ -41,8 +46,12 @@ export declare class NativeAdmin {
    */
   attachPlugin(topic: string, hook: string, plugin: string, config?: Record<string, string> | undefined | null, failurePolicy?: string | undefined | null): Promise<void>
   detachPlugin(topic: string, hook: string, plugin: string): Promise<void>
-  /** Deploys a transform: `start` is -2 (earliest), -1 (latest) or an offset. */
-  deployTransform(name: string, plugin: string, inputTopic: string, outputTopics: Array<string>, start: bigint, config?: Record<string, string> | undefined | null): Promise<void>
+  /**
+   * Deploys a transform: `start` is -2 (earliest), -1 (latest) or an offset;
+   * records the plugin fails on for good go to `deadLetterTopic` when set
+   * (otherwise they hold their partition).
+   */
+  deployTransform(name: string, plugin: string, inputTopic: string, outputTopics: Array<string>, start: bigint, config?: Record<string, string> | undefined | null, deadLetterTopic?: string | undefined | null): Promise<void>
   listTransforms(): Promise<Array<TransformStatus>>
   /**
    * `pause`, `resume`, `delete`, or `replay` from `offset` (-2 earliest,
@@ -213,6 +222,13 @@ export interface PluginDescription {
   errors: number
   traps: number
   attachedTo: Array<string>
+  /**
+   * `ready`, `compiling` (uploads answer before the broker compiles),
+   * `failed` (see `stateReason`) or `fetching`.
+   */
+  state: string
+  /** Why the code failed to compile; empty otherwise. */
+  stateReason: string
 }
 
 /** A line of a plugin's log. */
@@ -301,6 +317,8 @@ export interface TransformPartition {
   lag: bigint
   processed: number
   emitted: number
+  /** Records sent to the dead-letter topic. */
+  deadLettered: number
 }
 
 /** A deployed transform and its progress. */
@@ -309,6 +327,8 @@ export interface TransformStatus {
   plugin: string
   inputTopic: string
   outputTopics: Array<string>
+  /** Where records the plugin fails on for good go, if anywhere. */
+  deadLetterTopic?: string
   /** `running`, `paused`, `starting`, or `retrying: <why>`. */
   state: string
   partitions: Array<TransformPartition>

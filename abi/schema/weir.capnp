@@ -233,6 +233,8 @@ struct PluginSummary {
   attachedTo @9 :List(Text); # topics
   clientCalls @10 :UInt64;   # partitioner calls made by clients, as reported to this broker
   clientErrors @11 :UInt64;
+  state @12 :Text;           # ready, compiling, failed (see stateReason), fetching; empty from older brokers
+  stateReason @13 :Text;     # why the code failed to compile
 }
 
 struct PluginLogEntry {

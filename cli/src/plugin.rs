@@ -16,11 +16,14 @@ use crate::ClientArgs;
 pub enum PluginCommand {
     /// Upload a plugin (a wasm32-wasip2 component built against wit/weir-plugin.wit).
     ///
-    /// The broker compiles it and checks it exports the hook before storing it;
-    /// uploading an existing name replaces its code (attachments restart on it),
-    /// and uploading the bytes it already has changes nothing. Components go in
-    /// 4 MiB chunks (progress on a terminal), up to the broker's `[plugins]
-    /// upload_bytes_max` (256 MiB by default).
+    /// The broker checks it is a component exporting the hook before storing
+    /// it, then compiles it in the background; this command waits for the
+    /// compile (state `ready`, or `failed` with the reason and a non-zero exit)
+    /// unless given --no-wait. Uploading an existing name replaces its code
+    /// (attachments restart on it), and uploading the bytes it already has
+    /// changes nothing. Components go in 4 MiB chunks (progress on a
+    /// terminal), up to the broker's `[plugins] upload_bytes_max` (256 MiB by
+    /// default).
     Upload {
         /// The .wasm component, e.g. target/plugins/wasm32-wasip2/release/json_validator.wasm
         file: PathBuf,
@@ -31,6 +34,10 @@ pub enum PluginCommand {
         /// consume-interceptor or transform (default: whichever it exports).
         #[arg(long, default_value = "")]
         hook: String,
+        /// Answer once uploaded, while the broker may still be compiling
+        /// (`weir plugin describe` shows the state).
+        #[arg(long)]
+        no_wait: bool,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -77,8 +84,10 @@ pub enum PluginCommand {
     },
 }
 
-/// On a terminal, a line on stderr saying how much of an upload was sent
-/// (the broker compiles once the last chunk is in: that can take seconds).
+/// How long `weir plugin upload` waits for the compile.
+const COMPILE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// On a terminal, a line on stderr saying how much of an upload was sent.
 fn upload_progress(name: String) -> impl Fn(u64, u64) + Send + 'static {
     let terminal = std::io::stderr().is_terminal();
     move |sent, total| {
@@ -87,8 +96,7 @@ fn upload_progress(name: String) -> impl Fn(u64, u64) + Send + 'static {
         }
         let megabytes = |bytes: u64| bytes as f64 / 1e6;
         let percent = (sent * 100).checked_div(total).unwrap_or(100);
-        let then = if sent == total { ", compiling" } else { "" };
-        eprint!("\r\x1b[Kuploading {name}: {:.1} of {:.1} MB ({percent}%){then}", megabytes(sent), megabytes(total));
+        eprint!("\r\x1b[Kuploading {name}: {:.1} of {:.1} MB ({percent}%)", megabytes(sent), megabytes(total));
     }
 }
 
@@ -106,23 +114,39 @@ fn plugin_json(plugin: &PluginDescription) -> serde_json::Value {
         "attached_to": plugin.attached_to,
         "client_calls": plugin.client_calls,
         "client_errors": plugin.client_errors,
+        "state": plugin.state,
+        "state_reason": plugin.state_reason,
     })
 }
 
 pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
     match command {
-        PluginCommand::Upload { file, name, hook, client } => {
+        PluginCommand::Upload { file, name, hook, no_wait, client } => {
             let wasm = std::fs::read(&file).map_err(|error| anyhow::anyhow!("{}: {error}", file.display()))?;
+            let terminal = std::io::stderr().is_terminal();
+            let admin = Admin::new(client.common())?;
             let progress = upload_progress(name.clone());
-            let plugin = Admin::new(client.common())?.upload_plugin_with_progress(&name, &hook, wasm, progress).await;
-            if std::io::stderr().is_terminal() {
+            let mut plugin = admin.upload_plugin_with_progress(&name, &hook, wasm, progress).await;
+            let compiling = plugin.as_ref().ok().filter(|uploaded| !no_wait && uploaded.state != "ready");
+            if let Some(uploaded) = compiling {
+                let started = std::time::Instant::now();
+                let progress = |now: &PluginDescription| {
+                    if terminal {
+                        let seconds = started.elapsed().as_secs();
+                        eprint!("\r\x1b[Kuploaded {name}; {} for {seconds} s", now.state);
+                    }
+                };
+                let name = uploaded.name.clone();
+                plugin = admin.wait_plugin_compiled(&name, COMPILE_WAIT, progress).await;
+            }
+            if terminal {
                 eprint!("\r\x1b[K");
             }
             let plugin = plugin?;
             print(client.format, plugin_json(&plugin), || {
                 format!(
-                    "uploaded plugin {} ({}, {} bytes, sha256 {})",
-                    plugin.name, plugin.hook, plugin.size_bytes, plugin.digest
+                    "uploaded plugin {} ({}, {} bytes, sha256 {}): {}",
+                    plugin.name, plugin.hook, plugin.size_bytes, plugin.digest, plugin.state
                 )
             });
         }
@@ -140,13 +164,14 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             match client.format {
                 crate::Format::Json => println!("{}", json!(plugins.iter().map(plugin_json).collect::<Vec<_>>())),
                 crate::Format::Text => {
-                    let mut rows = vec![["NAME", "HOOK", "SIZE", "CALLS", "ERRORS", "TRAPS", "ATTACHED-TO"]
+                    let mut rows = vec![["NAME", "HOOK", "STATE", "SIZE", "CALLS", "ERRORS", "TRAPS", "ATTACHED-TO"]
                         .map(str::to_owned)
                         .to_vec()];
                     rows.extend(plugins.iter().map(|plugin| {
                         vec![
                             plugin.name.clone(),
                             plugin.hook.to_string(),
+                            plugin.state.clone(),
                             plugin.size_bytes.to_string(),
                             plugin.calls.to_string(),
                             plugin.errors.to_string(),
@@ -180,9 +205,10 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 .collect::<Vec<_>>());
             print(client.format, json, || {
                 let mut text = format!(
-                    "plugin {} ({})\nsha256 {}\n{} bytes, uploaded at {} ms\ncalls {}, errors {}, traps {}, busy {:.1} ms",
+                    "plugin {} ({}, {})\nsha256 {}\n{} bytes, uploaded at {} ms\ncalls {}, errors {}, traps {}, busy {:.1} ms",
                     plugin.name,
                     plugin.hook,
+                    plugin.state,
                     plugin.digest,
                     plugin.size_bytes,
                     plugin.uploaded_ms,
@@ -191,6 +217,9 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
                     plugin.traps,
                     plugin.busy_nanos as f64 / 1e6
                 );
+                if !plugin.state_reason.is_empty() {
+                    text.push_str(&format!("\nthe code did not compile: {}", plugin.state_reason));
+                }
                 if plugin.client_calls > 0 {
                     text.push_str(&format!(
                         "\nin clients (as reported to this broker): calls {}, errors {}",

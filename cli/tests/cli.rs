@@ -73,9 +73,15 @@ impl Broker {
 
     /// Runs a client command against this broker.
     fn run(&self, args: &[&str], stdin: &str) -> std::process::Output {
+        self.run_with_env(args, stdin, &[])
+    }
+
+    /// [`Broker::run`] with more environment variables.
+    fn run_with_env(&self, args: &[&str], stdin: &str, env: &[(&str, &Path)]) -> std::process::Output {
         let mut child = weir()
             .args(args)
             .env("WEIR_BROKERS", &self.address)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -424,6 +430,7 @@ fn plugins_upload_attach_intercept_and_report_through_the_cli() {
     broker.ok(&["topic", "create", "events"], "");
     let uploaded = broker.ok(&["plugin", "upload", &plugin_file("json_validator"), "--name", "json"], "");
     assert!(uploaded.starts_with("uploaded plugin json (produce-interceptor, "), "{uploaded}");
+    assert!(uploaded.trim_end().ends_with(": ready"), "waits for the compile: {uploaded}");
     let mismatch =
         broker.run(&["plugin", "upload", &plugin_file("redact_field"), "--name", "x", "--hook", "transform"], "");
     assert!(!mismatch.status.success());
@@ -458,7 +465,19 @@ fn plugins_upload_attach_intercept_and_report_through_the_cli() {
     broker.ok(&["plugin", "upload", &plugin_file("region_partitioner"), "--name", "regions"], "");
     let set = ["topic", "set-partitioner", "orders", "--plugin", "regions", "--config", "region.eu=2"];
     assert_eq!(broker.ok(&set, "").trim(), "partitioner of orders is now regions");
-    broker.ok(&["produce", "orders", "--key-separator", " "], "eu:1 first\neu:2 second\n");
+    // Two producer processes: the first compiles the partitioner and keeps the
+    // artifact in the cache directory, the second loads it from there.
+    let cache = temp.path().join("compile-cache");
+    for line in ["eu:1 first\n", "eu:2 second\n"] {
+        let produce = ["produce", "orders", "--key-separator", " "];
+        let output = broker.run_with_env(&produce, line, &[("WEIR_PLUGIN_CACHE_DIR", &cache)]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+    let cached: Vec<_> = std::fs::read_dir(&cache).unwrap().map(|entry| entry.unwrap().file_name()).collect();
+    assert_eq!(cached.len(), 1, "one artifact: {cached:?}");
+    let logs = broker.ok(&["plugin", "logs", "regions"], "");
+    assert_eq!(logs.matches("host: compiled").count(), 1, "{logs}");
+    assert_eq!(logs.matches("from the compile cache").count(), 1, "{logs}");
     let two = broker.ok(&["consume", "orders", "--partition", "2", "--offset", "beginning", "--timeout-ms", "500"], "");
     assert_eq!(two.lines().collect::<Vec<_>>(), vec!["first", "second"], "both eu keys in partition 2");
     broker.ok(&["topic", "clear-partitioner", "orders"], "");

@@ -96,6 +96,11 @@ pub struct PluginDescription {
     pub errors: i64,
     pub traps: i64,
     pub attached_to: Vec<String>,
+    /// `ready`, `compiling` (uploads answer before the broker compiles),
+    /// `failed` (see `stateReason`) or `fetching`.
+    pub state: String,
+    /// Why the code failed to compile; empty otherwise.
+    pub state_reason: String,
 }
 
 fn plugin_out(plugin: client::PluginDescription) -> PluginDescription {
@@ -109,6 +114,8 @@ fn plugin_out(plugin: client::PluginDescription) -> PluginDescription {
         errors: plugin.errors as i64,
         traps: plugin.traps as i64,
         attached_to: plugin.attached_to,
+        state: plugin.state,
+        state_reason: plugin.state_reason,
     }
 }
 
@@ -131,6 +138,8 @@ pub struct TransformPartition {
     pub lag: i64n,
     pub processed: i64,
     pub emitted: i64,
+    /// Records sent to the dead-letter topic.
+    pub dead_lettered: i64,
 }
 
 /// A deployed transform and its progress.
@@ -140,6 +149,8 @@ pub struct TransformStatus {
     pub plugin: String,
     pub input_topic: String,
     pub output_topics: Vec<String>,
+    /// Where records the plugin fails on for good go, if anywhere.
+    pub dead_letter_topic: Option<String>,
     /// `running`, `paused`, `starting`, or `retrying: <why>`.
     pub state: String,
     pub partitions: Vec<TransformPartition>,
@@ -342,7 +353,10 @@ impl NativeAdmin {
         call(env, async move { admin.delete_group(&group_id).await }, |()| ())
     }
 
-    /// Uploads a WebAssembly component as plugin `name` for `hook`.
+    /// Uploads a WebAssembly component as plugin `name` for `hook`. The broker
+    /// compiles it in the background: the answer's `state` may be `compiling`
+    /// (`listPlugins` shows when it is `ready` or `failed`); attaching or
+    /// deploying the plugin waits for the compile.
     #[napi(ts_return_type = "Promise<PluginDescription>")]
     pub fn upload_plugin<'env>(
         &self,
@@ -414,7 +428,9 @@ impl NativeAdmin {
         call(env, async move { admin.detach_plugin(&topic, &hook, &plugin).await }, |()| ())
     }
 
-    /// Deploys a transform: `start` is -2 (earliest), -1 (latest) or an offset.
+    /// Deploys a transform: `start` is -2 (earliest), -1 (latest) or an offset;
+    /// records the plugin fails on for good go to `deadLetterTopic` when set
+    /// (otherwise they hold their partition).
     #[napi(ts_return_type = "Promise<void>")]
     #[allow(clippy::too_many_arguments)] // mirrors the deployment's fields
     pub fn deploy_transform<'env>(
@@ -426,6 +442,7 @@ impl NativeAdmin {
         output_topics: Vec<String>,
         start: BigInt,
         config: Option<HashMap<String, String>>,
+        dead_letter_topic: Option<String>,
     ) -> Result<PromiseRaw<'env, ()>> {
         let admin = self.inner.clone();
         let spec = client::TransformSpec {
@@ -435,7 +452,7 @@ impl NativeAdmin {
             output_topics,
             start: transform_offset(&start)?,
             config: config.unwrap_or_default().into_iter().collect(),
-            dead_letter_topic: None,
+            dead_letter_topic,
         };
         call(env, async move { admin.deploy_transform(spec).await }, |()| ())
     }
@@ -451,6 +468,7 @@ impl NativeAdmin {
                     plugin: transform.plugin,
                     input_topic: transform.input_topic,
                     output_topics: transform.output_topics,
+                    dead_letter_topic: transform.dead_letter_topic,
                     state: transform.state,
                     partitions: transform
                         .partitions
@@ -461,6 +479,7 @@ impl NativeAdmin {
                             lag: i64n(partition.lag),
                             processed: partition.processed as i64,
                             emitted: partition.emitted as i64,
+                            dead_lettered: partition.dead_lettered as i64,
                         })
                         .collect(),
                 })

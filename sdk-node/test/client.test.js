@@ -1,8 +1,10 @@
 'use strict'
 // The Node SDK against a real broker: round trips, keyed partitions, typed
-// errors, groups, seeks and pauses, and commits that take only handled messages.
+// errors, groups, seeks and pauses, commits that take only handled messages,
+// and transforms with a dead-letter topic.
 const assert = require('node:assert/strict')
 const { spawnSync } = require('node:child_process')
+const fs = require('node:fs')
 const path = require('node:path')
 const { after, before, test } = require('node:test')
 
@@ -15,6 +17,9 @@ const {
   partitionForKey,
 } = weirModule
 const { startBroker, waitFor } = require('./support')
+
+const PLUGINS =
+  process.env.WEIR_PLUGIN_DIR ?? path.join(__dirname, '..', '..', 'target', 'plugins', 'wasm32-wasip2', 'release')
 
 let broker
 before(async () => {
@@ -371,4 +376,42 @@ test('a seek made while a poll waits moves the partition, losing nothing', async
   assert.deepEqual(seen, [4n, 5n, 6n, 7n, 8n, 9n])
   await consumer.disconnect()
   await producer.disconnect()
+})
+
+test('a transform sends the records its plugin fails on to its dead-letter topic', async () => {
+  const admin = broker.weir.admin()
+  const topics = ['dl-raw', 'dl-clean', 'dl-letters']
+  await admin.createTopics({ topics: topics.map((topic) => ({ topic, numPartitions: 1 })) })
+  const wasm = fs.readFileSync(path.join(PLUGINS, 'identity_transform.wasm'))
+  const uploaded = await admin.uploadPlugin({ name: 'picky', hook: 'transform', wasm })
+  assert.ok(['compiling', 'ready'].includes(uploaded.state), uploaded.state)
+  const producer = broker.weir.producer()
+  await producer.connect()
+  await producer.send({ topic: 'dl-raw', messages: ['ok-1', 'bad', 'ok-2'].map((value) => ({ value })) })
+  await producer.disconnect()
+  await admin.deployTransform({
+    name: 'picky',
+    plugin: 'picky',
+    input: 'dl-raw',
+    outputs: ['dl-clean'],
+    from: 'earliest',
+    config: { fail_on: 'bad' },
+    deadLetterTopic: 'dl-letters',
+  })
+  const clean = await readAll('dl-clean', 1, 2)
+  assert.deepEqual(
+    clean.map((message) => message.value.toString()),
+    ['ok-1', 'ok-2'],
+  )
+  const [letter] = await readAll('dl-letters', 1, 1)
+  assert.equal(letter.value.toString(), 'bad')
+  assert.equal(letter.headers['weir.dlq.offset'].toString(), '1')
+  const status = await waitFor('the dead letter counted', async () => {
+    const [picky] = (await admin.listTransforms()).filter((transform) => transform.name === 'picky')
+    return picky.partitions[0].deadLettered === 1 ? picky : undefined
+  })
+  assert.equal(status.deadLetterTopic, 'dl-letters')
+  assert.deepEqual([status.partitions[0].processed, status.partitions[0].emitted], [3, 2])
+  await admin.deleteTransform('picky')
+  await admin.disconnect()
 })

@@ -97,6 +97,8 @@ test('a partitioner plugin places records as from Rust', async () => {
   await admin.uploadPlugin({ name: placed.plugin, hook: 'partitioner', wasm })
   await admin.createTopics({ topics: [{ topic: placed.topic, numPartitions: placed.partitions }] })
   await admin.setPartitioner({ topic: placed.topic, plugin: placed.plugin, config: placed.config })
+  const [listed] = (await admin.listPlugins()).filter((plugin) => plugin.name === placed.plugin)
+  assert.deepEqual([listed.state, listed.stateReason], ['ready', ''], 'setting a partitioner waits for its compile')
   const producer = broker.weir.producer()
   for (const placement of placed.placements) {
     const [landed] = await producer.send({ topic: placed.topic, messages: [{ key: placement.key, value: 'v' }] })

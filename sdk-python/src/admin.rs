@@ -199,8 +199,9 @@ impl Admin {
     }
 }
 
-/// (name, hook, digest, size bytes, uploaded ms, calls, errors, traps, busy ns, attached to).
-type PluginRow = (String, String, String, u64, i64, u64, u64, u64, u64, Vec<String>);
+/// (name, hook, digest, size bytes, uploaded ms, calls, errors, traps, busy ns,
+/// attached to, state, state reason).
+type PluginRow = (String, String, String, u64, i64, u64, u64, u64, u64, Vec<String>, String, String);
 
 fn plugin_row(plugin: client::PluginDescription) -> PluginRow {
     (
@@ -214,5 +215,7 @@ fn plugin_row(plugin: client::PluginDescription) -> PluginRow {
         plugin.traps,
         plugin.busy_nanos,
         plugin.attached_to,
+        plugin.state,
+        plugin.state_reason,
     )
 }

@@ -239,7 +239,8 @@ def test_plugins_from_python_partition_like_every_other_client(broker):
         bulk = producer.produce_many("regional", [b"v", b"v"], keys=[b"us:9", b"eu:9"]).results()
     assert placed == [3, 1, weir.partition_for_key(b"sa:3", 4)], "the same places as the Rust client test"
     assert [metadata.partition for metadata in bulk] == [1, 3]
-    assert admin.list_plugins()[0].attached_to == ["regional"]
+    listed = admin.list_plugins()[0]
+    assert (listed.attached_to, listed.state, listed.state_reason) == (["regional"], "ready", ""), "compiled"
     with pytest.raises(weir.PluginInUseError):
         admin.delete_plugins(["regions"])
 

@@ -2,11 +2,15 @@
 //! registry of names and attachments (`plugins/registry.json`, replaced
 //! atomically), and the interceptor calls on the produce and fetch paths.
 //!
-//! - An upload is compiled and validated before anything is stored
-//!   (`plugin-host` checks it is a component exporting one hook world, and the
-//!   hook it was uploaded as). The bytes go to `<sha256>.wasm`; the compiled
-//!   artifact is cached next to it (`<sha256>.cwasm`, only ever written by this
-//!   broker) so a restart does not recompile.
+//! - An upload is inspected before anything is stored (`plugin_host::inspect`:
+//!   a component exporting one hook world, the hook it was uploaded as, only
+//!   imports the host provides), which takes milliseconds. The bytes go to
+//!   `<sha256>.wasm` and compile on a thread of their own (seconds for a
+//!   Python or JavaScript component): the upload answers at once, and the
+//!   plugin's state (`compiling`, `ready`, `failed` with the reason) is in its
+//!   summary. Attaching a plugin or deploying a transform waits for its code.
+//!   The compiled artifact is cached next to the bytes (`<sha256>.cwasm`, only
+//!   ever written by this broker) so a restart does not recompile.
 //! - An attachment runs `init(config)` when made (a refused configuration fails
 //!   the attach) and again at start-up. Each attachment runs its calls on a
 //!   [`PluginPool`]: instances on threads of their own, one lane per few
@@ -182,6 +186,27 @@ pub struct PartitionerSetting {
     pub config: Vec<(String, String)>,
 }
 
+/// Where a stored plugin's compiled code stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CodeState {
+    /// Compiled: attachments and transforms can run it.
+    Ready,
+    /// Compiling on a thread of its own.
+    Compiling,
+    /// The compile failed, for this reason (the bytes are still stored).
+    Failed(String),
+    /// This broker does not hold the bytes.
+    Missing,
+}
+
+/// A registered plugin whose code is not ready here: compiling, or failed
+/// (with the reason).
+#[derive(Clone)]
+struct Unready {
+    entry: PluginEntry,
+    failed: Option<String>,
+}
+
 /// A running interceptor: plugin name, policy, instances.
 type Interceptor = (String, FailurePolicy, Option<Arc<PluginPool>>);
 
@@ -198,6 +223,11 @@ pub struct PluginSummary {
     pub traps: u64,
     pub busy_nanos: u64,
     pub attached_to: Vec<String>,
+    /// `ready`, `compiling`, `failed` (see `state_reason`) or `fetching` (the
+    /// bytes are on their way to this broker).
+    pub state: &'static str,
+    /// Why the code failed to compile; empty otherwise.
+    pub state_reason: String,
     /// Partitioner calls clients reported running this code (to this broker).
     pub client_calls: u64,
     pub client_errors: u64,
@@ -266,6 +296,8 @@ struct State {
     attachments: BTreeMap<String, Vec<Attachment>>,
     /// Registered plugins whose bytes this broker does not hold yet.
     missing: BTreeMap<String, PluginEntry>,
+    /// Registered plugins whose code is compiling, or failed to.
+    unready: BTreeMap<String, Unready>,
     /// Logs and counters of plugins by name: they outlive new code and a
     /// fetch, as long as the name is registered.
     logs: BTreeMap<String, (Arc<PluginLog>, Arc<PluginMetrics>)>,
@@ -285,6 +317,11 @@ pub struct Plugins {
     /// Compiled code by digest (uploads and fetches land here before the
     /// metadata names them).
     compiled: Mutex<BTreeMap<String, Arc<CompiledPlugin>>>,
+    /// Digests compiling in the background (`None`) or whose compile failed
+    /// (`Some(reason)`). Locked before `compiled` when both are.
+    compiling: Mutex<BTreeMap<String, Option<String>>>,
+    /// Bumped each time a background compile ends.
+    compiles: tokio::sync::watch::Sender<u64>,
     /// One [`Plugins::follow`] at a time.
     following: Mutex<()>,
     /// Digests stored by uploads not registered yet: never deleted as unused.
@@ -342,6 +379,8 @@ impl Plugins {
             environment,
             state: Mutex::new(State::default()),
             compiled: Mutex::default(),
+            compiling: Mutex::default(),
+            compiles: tokio::sync::watch::Sender::new(0),
             following: Mutex::new(()),
             pinned: Mutex::default(),
         })
@@ -382,44 +421,101 @@ impl Plugins {
         PluginLog::new(self.limits.log_entries_max, self.limits.log_message_bytes_max)
     }
 
-    /// The compiled code of `digest`: in memory, the cached artifact, or a
-    /// compile of the stored bytes (then cached); `None` when this broker does
-    /// not hold the bytes.
-    fn load(&self, digest: &str) -> Result<Option<Arc<CompiledPlugin>>, PluginsError> {
+    /// Where the code of `digest` stands: in memory, or loaded from the cached
+    /// artifact, it is [`CodeState::Ready`]; otherwise stored bytes start
+    /// compiling in the background ([`Plugins::compile_ends`] tells when
+    /// that ends) and a failed compile stays failed.
+    pub fn code_state(self: &Arc<Self>, digest: &str) -> CodeState {
+        match self.load(digest) {
+            Ok(Loaded::Ready(_)) => CodeState::Ready,
+            Ok(Loaded::Compiling) => CodeState::Compiling,
+            Ok(Loaded::Failed(reason)) => CodeState::Failed(reason),
+            Ok(Loaded::Missing) => CodeState::Missing,
+            Err(error) => CodeState::Failed(error.to_string()),
+        }
+    }
+
+    /// Changes each time a background compile ends (subscribe before looking
+    /// at [`Plugins::code_state`], then wait for a change).
+    pub fn compile_ends(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.compiles.subscribe()
+    }
+
+    /// See [`Plugins::code_state`].
+    fn load(self: &Arc<Self>, digest: &str) -> Result<Loaded, PluginsError> {
+        let mut compiling = lock(&self.compiling);
         if let Some(compiled) = lock(&self.compiled).get(digest) {
-            return Ok(Some(compiled.clone()));
+            return Ok(Loaded::Ready(compiled.clone()));
+        }
+        match compiling.get(digest) {
+            Some(None) => return Ok(Loaded::Compiling),
+            Some(Some(reason)) => return Ok(Loaded::Failed(reason.clone())),
+            None => {}
         }
         let wasm_path = self.dir.join(format!("{digest}.wasm"));
         if !self.environment.storage.exists(&wasm_path) {
-            return Ok(None);
+            return Ok(Loaded::Missing);
         }
         let cache = self.dir.join(format!("{digest}.cwasm"));
-        let mut loaded = None;
         if let Ok(Some(bytes)) = read_whole(&self.environment, &cache) {
             // SAFETY: `.cwasm` files are written only by `cache` below, from
             // this engine's own serialization; a stale or foreign one fails to
             // load and is recompiled.
             match unsafe { self.engine()?.deserialize(&bytes, digest.to_owned()) } {
-                Ok(compiled) => loaded = Some(compiled),
+                Ok(compiled) => {
+                    let compiled = Arc::new(compiled);
+                    lock(&self.compiled).insert(digest.to_owned(), compiled.clone());
+                    return Ok(Loaded::Ready(compiled));
+                }
                 Err(error) => tracing::info!(%digest, %error, "recompiling a plugin"),
             }
         }
-        let compiled = match loaded {
-            Some(compiled) => compiled,
-            None => {
-                let wasm = self.read_wasm(&wasm_path)?;
-                let compiled =
-                    self.engine()?.compile(&wasm).map_err(|error| storage(&format!("compile {digest}"), error))?;
-                if compiled.digest() != digest {
-                    return Err(storage(&format!("{}", wasm_path.display()), "the bytes do not match their digest"));
-                }
-                self.cache(&compiled);
-                compiled
+        compiling.insert(digest.to_owned(), None);
+        let plugins = self.clone();
+        let owned = digest.to_owned();
+        let thread = std::thread::Builder::new()
+            .name("weir-plugin-compile".to_owned())
+            .spawn(move || plugins.compile_stored(owned, wasm_path));
+        if let Err(error) = thread {
+            compiling.remove(digest);
+            return Err(storage("start a compile thread", error));
+        }
+        Ok(Loaded::Compiling)
+    }
+
+    /// Compiles the stored bytes of `digest` (on a compile thread) and caches
+    /// the artifact; the outcome replaces the `compiling` mark.
+    fn compile_stored(&self, digest: String, wasm_path: PathBuf) {
+        let started = std::time::Instant::now();
+        let compiled = self.read_wasm(&wasm_path).and_then(|wasm| {
+            let compiled =
+                self.engine()?.compile(&wasm).map_err(|error| PluginsError::InvalidPlugin(error.to_string()))?;
+            match compiled.digest() == digest {
+                true => Ok(compiled),
+                false => Err(storage(&format!("{}", wasm_path.display()), "the bytes do not match their digest")),
             }
-        };
-        let compiled = Arc::new(compiled);
-        lock(&self.compiled).insert(digest.to_owned(), compiled.clone());
-        Ok(Some(compiled))
+        });
+        let mut compiling = lock(&self.compiling);
+        // Deleted meanwhile (unregistered, or refused at registration): nothing
+        // to keep.
+        let deleted = !self.environment.storage.exists(&wasm_path);
+        match compiled {
+            Ok(_) if deleted => {
+                compiling.remove(&digest);
+            }
+            Ok(compiled) => {
+                self.cache(&compiled);
+                tracing::info!(%digest, elapsed_ms = started.elapsed().as_millis() as u64, "plugin compiled");
+                lock(&self.compiled).insert(digest.clone(), Arc::new(compiled));
+                compiling.remove(&digest);
+            }
+            Err(error) => {
+                tracing::warn!(%digest, %error, "plugin did not compile");
+                compiling.insert(digest, Some(error.to_string()));
+            }
+        }
+        drop(compiling);
+        self.compiles.send_modify(|ends| *ends += 1);
     }
 
     fn cache(&self, compiled: &CompiledPlugin) {
@@ -438,23 +534,30 @@ impl Plugins {
     /// (kept even while no registered plugin names it) until
     /// [`Plugins::unpin`]. The name is registered through the controller
     /// afterwards.
-    pub fn store(&self, hook: &str, wasm: &[u8]) -> Result<StoredUpload, PluginsError> {
-        let compiled = self.engine()?.compile(wasm).map_err(|error| PluginsError::InvalidPlugin(error.to_string()))?;
+    pub fn store(self: &Arc<Self>, hook: &str, wasm: &[u8]) -> Result<StoredUpload, PluginsError> {
+        let inspected = plugin_host::inspect(wasm).map_err(|error| PluginsError::InvalidPlugin(error.to_string()))?;
         if !hook.is_empty() {
             let claimed = hook_name(hook)?;
-            if claimed != compiled.kind() {
+            if claimed != inspected.kind {
                 let message =
-                    format!("uploaded as a {} but the component is a {}", claimed.name(), compiled.kind().name());
+                    format!("uploaded as a {} but the component is a {}", claimed.name(), inspected.kind.name());
                 return Err(PluginsError::InvalidPlugin(message));
             }
         }
-        let digest = compiled.digest().to_owned();
+        let digest = inspected.digest;
         *lock(&self.pinned).entry(digest.clone()).or_default() += 1;
-        let stored = self.keep(compiled, wasm);
-        if stored.is_err() {
+        let wasm_path = self.dir.join(format!("{digest}.wasm"));
+        let written = match self.environment.storage.exists(&wasm_path) {
+            true => Ok(()),
+            false => write_atomically(&self.environment, &wasm_path, wasm),
+        };
+        if let Err(error) = written {
             self.unpin(&digest);
+            return Err(storage("store the plugin", error));
         }
-        stored
+        // Compiling starts now, while the name is registered.
+        self.load(&digest)?;
+        Ok(StoredUpload { digest, hook: inspected.kind.name(), size_bytes: wasm.len() as u64 })
     }
 
     /// Ends the pin of one [`Plugins::store`].
@@ -498,10 +601,22 @@ impl Plugins {
 
     /// Starts an instance of the code of `digest` with each configuration, as
     /// attaching it would: the first refusal, with its topic.
-    pub fn check_configs(&self, digest: &str, configs: &[(String, Vec<(String, String)>)]) -> Result<(), PluginsError> {
-        let Some(compiled) = self.load(digest)? else {
-            let message = format!("plugin {digest} is not stored on this broker yet; retry shortly");
-            return Err(PluginsError::Unavailable(message));
+    pub fn check_configs(
+        self: &Arc<Self>,
+        digest: &str,
+        configs: &[(String, Vec<(String, String)>)],
+    ) -> Result<(), PluginsError> {
+        let compiled = match self.load(digest)? {
+            Loaded::Ready(compiled) => compiled,
+            Loaded::Missing => {
+                let message = format!("plugin {digest} is not stored on this broker yet; retry shortly");
+                return Err(PluginsError::Unavailable(message));
+            }
+            Loaded::Compiling => {
+                let message = format!("plugin {digest} is still compiling; retry when it is ready");
+                return Err(PluginsError::Unavailable(message));
+            }
+            Loaded::Failed(reason) => return Err(did_not_compile(digest, &reason)),
         };
         for (topic, config) in configs {
             Plugin::start(compiled.clone(), config.clone(), Arc::new(self.new_log()), Arc::default())
@@ -522,25 +637,32 @@ impl Plugins {
     /// attachment whose new code is still being fetched keeps running its old
     /// code meanwhile; one whose `init` failed is tried again only when its
     /// code or settings change.
-    pub fn follow(&self, image: impl FnOnce() -> FollowedImage) -> Vec<PluginEntry> {
+    pub fn follow(self: &Arc<Self>, image: impl FnOnce() -> FollowedImage) -> Vec<PluginEntry> {
         let _one_at_a_time = lock(&self.following);
         let (plugins, attachments) = image();
         let mut loaded = BTreeMap::new();
         let mut missing = BTreeMap::new();
+        let mut unready = BTreeMap::new();
         for (name, entry) in &plugins {
             let outcome = match is_plugin_digest(&entry.digest) {
                 true => self.load(&entry.digest),
                 false => Err(PluginsError::InvalidPlugin(format!("bad digest {:?}", entry.digest))),
             };
             match outcome {
-                Ok(Some(compiled)) if compiled.kind().name() == entry.hook => {
+                Ok(Loaded::Ready(compiled)) if compiled.kind().name() == entry.hook => {
                     loaded.insert(name.clone(), (entry.clone(), compiled));
                 }
-                Ok(Some(compiled)) => {
+                Ok(Loaded::Ready(compiled)) => {
                     let hook = compiled.kind().name();
                     tracing::error!(plugin = %name, hook, registered = %entry.hook, "a registered plugin has another hook");
                 }
-                Ok(None) => {
+                Ok(Loaded::Compiling) => {
+                    unready.insert(name.clone(), Unready { entry: entry.clone(), failed: None });
+                }
+                Ok(Loaded::Failed(reason)) => {
+                    unready.insert(name.clone(), Unready { entry: entry.clone(), failed: Some(reason) });
+                }
+                Ok(Loaded::Missing) => {
                     missing.insert(name.clone(), entry.clone());
                 }
                 Err(error) => {
@@ -553,15 +675,27 @@ impl Plugins {
         let (mut next, mut to_start, gone) = {
             let mut state = lock(&self.state);
             state.logs.retain(|name, _| plugins.contains_key(name));
-            let mut next = State { missing, ..State::default() };
+            // A plugin compiling has its log already (the upload notes itself);
+            // a failed compile is noted there once.
+            for (name, now) in &unready {
+                let noted = state
+                    .unready
+                    .get(name)
+                    .is_some_and(|before| before.entry.digest == now.entry.digest && before.failed.is_some());
+                let (log, _) =
+                    state.logs.entry(name.clone()).or_insert_with(|| (Arc::new(self.new_log()), Arc::default()));
+                if let (Some(reason), false) = (&now.failed, noted) {
+                    log.push("error", format!("host: {} did not compile: {reason}", now.entry.digest));
+                }
+            }
+            let mut next = State { missing, unready, ..State::default() };
             for (name, (entry, compiled)) in loaded {
-                let first_sight = !state.logs.contains_key(&name);
                 let (log, metrics) = state
                     .logs
                     .entry(name.clone())
                     .or_insert_with(|| (Arc::new(self.new_log()), Arc::default()))
                     .clone();
-                if first_sight || state.plugins.get(&name).is_some_and(|old| old.entry.digest != entry.digest) {
+                if state.plugins.get(&name).map(|old| &old.entry.digest) != Some(&entry.digest) {
                     log.push("info", format!("host: loaded {} ({} bytes)", entry.digest, entry.size_bytes));
                 }
                 next.plugins.insert(name, Stored { entry, compiled, log, metrics });
@@ -598,7 +732,20 @@ impl Plugins {
                         });
                         continue;
                     }
-                    // New code not here yet: the old instance keeps running.
+                    // New code not here or not compiled yet: the old instance
+                    // keeps running.
+                    let (being, not_running) = match next.unready.get(&entry.plugin) {
+                        Some(Unready { failed: Some(reason), .. }) => {
+                            ("did not compile", format!("not running: the plugin's code did not compile: {reason}"))
+                        }
+                        Some(Unready { failed: None, .. }) => {
+                            ("is being compiled", "not running: the plugin's code is compiling".to_owned())
+                        }
+                        None => (
+                            "is being fetched",
+                            "not running: the plugin's bytes are not on this broker yet".to_owned(),
+                        ),
+                    };
                     let previous = running
                         .iter()
                         .position(|old| old.entry == *entry && old.runner.is_some())
@@ -606,7 +753,7 @@ impl Plugins {
                     let attachment = match previous {
                         Some(mut previous) => {
                             previous.status = format!(
-                                "running its previous code; {} is being fetched",
+                                "running its previous code; {} {being}",
                                 digest.as_deref().unwrap_or("the new code")
                             );
                             previous
@@ -616,7 +763,7 @@ impl Plugins {
                             policy,
                             digest,
                             runner: None,
-                            status: "not running: the plugin's bytes are not on this broker yet".to_owned(),
+                            status: not_running,
                             init_failed: false,
                         },
                     };
@@ -629,7 +776,9 @@ impl Plugins {
             let gone: Vec<String> = state
                 .plugins
                 .values()
-                .map(|stored| stored.entry.digest.clone())
+                .map(|stored| &stored.entry)
+                .chain(state.unready.values().map(|unready| &unready.entry))
+                .map(|entry| entry.digest.clone())
                 .filter(|digest| !plugins.values().any(|entry| entry.digest == *digest))
                 .collect();
             (next, to_start, gone)
@@ -662,6 +811,7 @@ impl Plugins {
         // stay locked meanwhile, so no upload pins a file being deleted).
         let pinned = lock(&self.pinned);
         for digest in gone.into_iter().filter(|digest| !pinned.contains_key(digest) && is_plugin_digest(digest)) {
+            forget_failure(&mut lock(&self.compiling), &digest);
             lock(&self.compiled).remove(&digest);
             for extension in ["wasm", "cwasm"] {
                 let _ = self.environment.storage.remove_file(&self.dir.join(format!("{digest}.{extension}")));
@@ -687,6 +837,7 @@ impl Plugins {
         if pinned.contains_key(digest) || running || registered(digest) || !is_plugin_digest(digest) {
             return;
         }
+        forget_failure(&mut lock(&self.compiling), digest);
         lock(&self.compiled).remove(digest);
         for extension in ["wasm", "cwasm"] {
             let _ = self.environment.storage.remove_file(&self.dir.join(format!("{digest}.{extension}")));
@@ -702,7 +853,8 @@ impl Plugins {
     /// included.
     pub fn list(&self) -> Vec<PluginSummary> {
         let state = lock(&self.state);
-        let mut names: Vec<&String> = state.plugins.keys().chain(state.missing.keys()).collect();
+        let mut names: Vec<&String> =
+            state.plugins.keys().chain(state.missing.keys()).chain(state.unready.keys()).collect();
         names.sort();
         names.into_iter().filter_map(|name| summary(&state, name)).collect()
     }
@@ -744,7 +896,16 @@ impl Plugins {
     /// A new instance of transform plugin `name`, `init`ed with `config`.
     pub fn start_transform(&self, name: &str, config: Vec<(String, String)>) -> Result<Plugin, PluginsError> {
         let state = lock(&self.state);
-        let Some(stored) = state.plugins.get(name) else { return Err(not_found(name)) };
+        let Some(stored) = state.plugins.get(name) else {
+            return Err(match state.unready.get(name) {
+                Some(Unready { entry, failed: Some(reason) }) => did_not_compile(&entry.digest, reason),
+                Some(Unready { entry, failed: None }) => PluginsError::Unavailable(format!(
+                    "plugin {name:?} ({}) is still compiling; retry when it is ready",
+                    entry.digest
+                )),
+                None => not_found(name),
+            });
+        };
         if stored.compiled.kind() != HookKind::Transform {
             let message = format!("plugin {name:?} is a {}, not a transform", stored.entry.hook);
             return Err(PluginsError::InvalidPlugin(message));
@@ -1037,19 +1198,49 @@ async fn call<T: Send + 'static>(
 }
 
 /// The outcome of a call whose input the caller no longer needs.
+/// What [`Plugins::load`] found.
+enum Loaded {
+    Ready(Arc<CompiledPlugin>),
+    Compiling,
+    Failed(String),
+    Missing,
+}
+
+fn did_not_compile(digest: &str, reason: &str) -> PluginsError {
+    PluginsError::InvalidPlugin(format!("plugin {digest} did not compile: {reason}"))
+}
+
+/// Drops the mark of a failed compile (never of one still running: its
+/// thread's outcome replaces it).
+fn forget_failure(compiling: &mut BTreeMap<String, Option<String>>, digest: &str) {
+    if compiling.get(digest).is_some_and(Option::is_some) {
+        compiling.remove(digest);
+    }
+}
+
 fn outcome<T, I>(called: Called<T, I>) -> Result<T, PluginError> {
     called.and_then(|(outcome, _)| outcome)
 }
 
 fn summary(state: &State, name: &str) -> Option<PluginSummary> {
     use std::sync::atomic::Ordering::Relaxed;
-    let (entry, hook, metrics) = match (state.plugins.get(name), state.missing.get(name)) {
-        (Some(stored), _) => (&stored.entry, stored.compiled.kind().name(), stored.metrics.clone()),
-        (None, Some(entry)) => {
-            (entry, HookKind::parse(&entry.hook).map_or("unknown", HookKind::name), Arc::<PluginMetrics>::default())
-        }
-        (None, None) => return None,
-    };
+    let registered = |entry: &PluginEntry| HookKind::parse(&entry.hook).map_or("unknown", HookKind::name);
+    let (entry, hook, metrics, code_state, state_reason) =
+        match (state.plugins.get(name), state.unready.get(name), state.missing.get(name)) {
+            (Some(stored), _, _) => {
+                (&stored.entry, stored.compiled.kind().name(), stored.metrics.clone(), "ready", String::new())
+            }
+            (None, Some(unready), _) => {
+                let metrics = state.logs.get(name).map(|(_, metrics)| metrics.clone()).unwrap_or_default();
+                let (code_state, reason) = match &unready.failed {
+                    Some(reason) => ("failed", reason.clone()),
+                    None => ("compiling", String::new()),
+                };
+                (&unready.entry, registered(&unready.entry), metrics, code_state, reason)
+            }
+            (None, None, Some(entry)) => (entry, registered(entry), Arc::default(), "fetching", String::new()),
+            (None, None, None) => return None,
+        };
     let mut attached_to: Vec<String> = state
         .attachments
         .values()
@@ -1070,6 +1261,8 @@ fn summary(state: &State, name: &str) -> Option<PluginSummary> {
         traps: metrics.traps.load(Relaxed),
         busy_nanos: metrics.busy_nanos.load(Relaxed),
         attached_to,
+        state: code_state,
+        state_reason,
         client_calls: client.map_or(0, |usage| usage.calls),
         client_errors: client.map_or(0, |usage| usage.errors),
     })

@@ -137,6 +137,8 @@ fn set_plugin_summary(mut builder: abi::weir_capnp::plugin_summary::Builder<'_>,
     builder.set_busy_nanos(plugin.busy_nanos);
     builder.set_client_calls(plugin.client_calls);
     builder.set_client_errors(plugin.client_errors);
+    builder.set_state(plugin.state);
+    builder.set_state_reason(&plugin.state_reason[..]);
     let mut topics = builder.init_attached_to(plugin.attached_to.len() as u32);
     for (index, topic) in plugin.attached_to.iter().enumerate() {
         topics.set(index as u32, &topic[..]);

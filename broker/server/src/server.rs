@@ -190,6 +190,7 @@ impl Server {
         self.node.start_transforms(tokio::runtime::Handle::current());
         let metadata_watch = tokio::spawn(self.node.clone().follow_metadata());
         let plugin_fetches = tokio::spawn(self.node.clone().fetch_plugins());
+        let plugin_compiles = tokio::spawn(self.node.clone().follow_compiles());
         let replica_fetches = tokio::spawn(self.node.clone().follow_leaders());
         let isr_changes = tokio::spawn(self.node.clone().maintain_isrs());
         let heartbeat = std::time::Duration::from_millis(self.membership.broker_heartbeat_ms);
@@ -267,6 +268,7 @@ impl Server {
         replica_fetches.abort();
         isr_changes.abort();
         plugin_fetches.abort();
+        plugin_compiles.abort();
         let _ = stop.send(true);
         drop(senders);
         for thread in threads {

@@ -89,6 +89,8 @@ enum Request {
         start: i64,
         #[serde(default)]
         config: BTreeMap<String, String>,
+        #[serde(default)]
+        dead_letter_topic: Option<String>,
     },
     ListTransforms,
     ControlTransform {
@@ -118,6 +120,8 @@ fn plugin_json(plugin: client::PluginDescription) -> Value {
         "errors": plugin.errors,
         "traps": plugin.traps,
         "attachedTo": plugin.attached_to,
+        "state": plugin.state,
+        "stateReason": plugin.state_reason,
     })
 }
 
@@ -251,7 +255,7 @@ async fn run(admin: Admin, request: Request) -> Result<Value, ClientError> {
             admin.detach_plugin(&topic, &hook, &plugin).await?;
             Value::Null
         }
-        Request::DeployTransform { name, plugin, input_topic, output_topics, start, config } => {
+        Request::DeployTransform { name, plugin, input_topic, output_topics, start, config, dead_letter_topic } => {
             let config = config.into_iter().collect();
             admin
                 .deploy_transform(client::TransformSpec {
@@ -261,7 +265,7 @@ async fn run(admin: Admin, request: Request) -> Result<Value, ClientError> {
                     output_topics,
                     start,
                     config,
-                    dead_letter_topic: None,
+                    dead_letter_topic,
                 })
                 .await?;
             Value::Null
@@ -282,6 +286,7 @@ async fn run(admin: Admin, request: Request) -> Result<Value, ClientError> {
                                 "lag": partition.lag,
                                 "processed": partition.processed,
                                 "emitted": partition.emitted,
+                                "deadLettered": partition.dead_lettered,
                             })
                         })
                         .collect();
@@ -290,6 +295,7 @@ async fn run(admin: Admin, request: Request) -> Result<Value, ClientError> {
                         "plugin": transform.plugin,
                         "inputTopic": transform.input_topic,
                         "outputTopics": transform.output_topics,
+                        "deadLetterTopic": transform.dead_letter_topic,
                         "state": transform.state,
                         "partitions": partitions,
                     })

@@ -528,6 +528,11 @@ class PluginDescription:
     traps: int
     busy_nanos: int
     attached_to: list[str]
+    #: ``ready``, ``compiling`` (an upload answers before the broker
+    #: compiles), ``failed`` (see ``state_reason``) or ``fetching``.
+    state: str = "ready"
+    #: Why the code failed to compile; empty otherwise.
+    state_reason: str = ""
 
 
 class _ClosedAdmin:
@@ -610,7 +615,10 @@ class Admin:
 
     def upload_plugin(self, name: str, wasm: "bytes | str", hook: str = "") -> PluginDescription:
         """Uploads a plugin (the component's bytes, or a path to the ``.wasm``).
-        The broker checks it exports ``hook`` (empty: any) before storing it."""
+        The broker checks it exports ``hook`` (empty: any) before storing it,
+        then compiles it in the background: the answer's ``state`` may be
+        ``compiling`` (:meth:`list_plugins` shows when it is ``ready`` or
+        ``failed``); attaching or deploying it waits for the compile."""
         if isinstance(wasm, str):
             with open(wasm, "rb") as file:
                 wasm = file.read()

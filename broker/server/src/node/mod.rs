@@ -50,7 +50,7 @@ use crate::groups::{
 use crate::log_dir::{parse_partition_dir, validate_topic_name, LogDir, LogDirConfig, PartitionDirFate};
 use crate::metadata_store::MetadataError;
 use crate::partition::{lock, Partition};
-use crate::plugins::{hook_name, validate_name, FailurePolicy, PluginSummary, Plugins, StoredUpload};
+use crate::plugins::{hook_name, validate_name, CodeState, FailurePolicy, PluginSummary, Plugins, StoredUpload};
 use crate::transforms::{
     CheckpointCall, LocalStatus, PartitionProgress, TransformHost, TransformSpec, TransformStatus, Transforms, Wanted,
 };

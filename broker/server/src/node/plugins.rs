@@ -35,7 +35,8 @@ impl Node {
         self.upload_plugin_with_digest(name, hook, wasm, &digest).await
     }
 
-    /// [`Node::upload_plugin`] of bytes whose SHA-256 is known.
+    /// [`Node::upload_plugin`] of bytes whose SHA-256 is known, under a name
+    /// already checked.
     async fn upload_plugin_with_digest(
         &self,
         name: &str,
@@ -43,7 +44,6 @@ impl Node {
         wasm: Vec<u8>,
         digest: &str,
     ) -> Result<PluginSummary, ApiError> {
-        validate_name(name)?;
         if let Some(summary) = self.already_uploaded(name, hook, digest) {
             return Ok(summary);
         }
@@ -122,6 +122,43 @@ impl Node {
         self.upload_plugin_with_digest(&announced.name, &announced.hook, wasm, &announced.digest).await
     }
 
+    /// Waits for the code of `digest` to compile on this broker (see
+    /// [`CodeState`]): `Ok` when it is ready or not stored here (the caller's
+    /// next step says so), `InvalidPlugin` with the reason when it failed.
+    pub(super) async fn plugin_code(&self, digest: &str) -> Result<(), ApiError> {
+        let mut compile_ends = self.plugins.compile_ends();
+        loop {
+            let (plugins, owned) = (self.plugins.clone(), digest.to_owned());
+            match blocking(move || Ok::<_, ApiError>(plugins.code_state(&owned))).await? {
+                CodeState::Ready | CodeState::Missing => return Ok(()),
+                CodeState::Failed(reason) => {
+                    let message = format!("plugin {digest} did not compile: {reason}");
+                    return Err(ApiError::new(ErrorCode::InvalidPlugin, message));
+                }
+                CodeState::Compiling => {
+                    if compile_ends.changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Follows the plugin registry again each time a background compile ends,
+    /// so attachments and transforms waiting for that code start (and once
+    /// at the start: a compile may have ended before this looked). Runs until
+    /// aborted.
+    pub async fn follow_compiles(self: Arc<Self>) {
+        let mut compile_ends = self.plugins.compile_ends();
+        loop {
+            self.follow_plugins().await;
+            self.follow_transforms().await;
+            if compile_ends.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Registers a stored upload under `name` (see [`Node::upload_plugin`]).
     async fn register_upload(&self, name: &str, stored: &StoredUpload) -> Result<PluginSummary, ApiError> {
         let (attached, registered_hook) = self.controller.read(|image| {
@@ -132,6 +169,9 @@ impl Node {
             (attached, image.plugins.get(name).map(|plugin| plugin.hook.clone()))
         });
         if !attached.is_empty() && registered_hook.as_deref() == Some(stored.hook) {
+            // New code under an attached name: checked against every
+            // attachment's configuration, so this upload waits for its compile.
+            self.plugin_code(&stored.digest).await?;
             let plugins = self.plugins.clone();
             let digest = stored.digest.clone();
             blocking(move || plugins.check_configs(&digest, &attached)).await?;
@@ -187,10 +227,14 @@ impl Node {
             let (plugins, digest) = (self.plugins.clone(), entry.digest.clone());
             let here = blocking(move || plugins.wasm(&digest).map(drop)).await.is_ok();
             let fetched = !here && self.fetch_plugin(&entry).await;
-            // Bytes that arrived in the background may not be compiled and
-            // registered yet: following the registry here does it now.
-            let compiled = self.plugins.summary(&spec.plugin).is_some_and(|summary| summary.digest == entry.digest);
-            if fetched || !compiled {
+            self.plugin_code(&entry.digest).await?;
+            // Bytes that arrived or compiled in the background may not be
+            // loaded yet: following the registry here does it now.
+            let loaded = self
+                .plugins
+                .summary(&spec.plugin)
+                .is_some_and(|summary| summary.digest == entry.digest && summary.state == "ready");
+            if fetched || !loaded {
                 self.follow_plugins().await;
             }
         }
@@ -393,6 +437,7 @@ impl Node {
             if self.plugins.wasm(&registered.digest).is_err() && self.fetch_plugin(&registered).await {
                 self.follow_plugins().await;
             }
+            self.plugin_code(&registered.digest).await?;
             let plugins = self.plugins.clone();
             let configs = vec![(topic.to_owned(), config.clone())];
             blocking(move || plugins.check_configs(&registered.digest, &configs)).await?;
