@@ -25,6 +25,12 @@ pub struct PluginDescription {
     /// failed (as reported to the broker that answered).
     pub client_calls: u64,
     pub client_errors: u64,
+    /// Where the code stands on the broker that answered: `ready`,
+    /// `compiling`, `failed` (see `state_reason`), or `fetching` (its bytes are
+    /// on their way to that broker).
+    pub state: String,
+    /// Why the code failed to compile; empty otherwise.
+    pub state_reason: String,
 }
 
 /// What a partitioner plugin run by this process did since the last report
@@ -116,14 +122,22 @@ fn read_summary(reader: plugin_summary::Reader<'_>) -> Result<PluginDescription,
         attached_to: reader.get_attached_to()?.iter().map(text).collect::<Result<_, _>>()?,
         client_calls: reader.get_client_calls(),
         client_errors: reader.get_client_errors(),
+        // Brokers from before background compiles answered once compiled.
+        state: Some(text(reader.get_state())?).filter(|state| !state.is_empty()).unwrap_or_else(|| "ready".to_owned()),
+        state_reason: text(reader.get_state_reason())?,
     })
 }
 
 impl Admin {
     /// Uploads a plugin under `name` (replacing an older version of it). The
     /// broker checks that `wasm` is a component of the `weir:plugin` contract
-    /// exporting `hook` (empty: any hook) before storing anything. Uploading
-    /// the bytes a plugin already has changes nothing and sends nothing.
+    /// exporting `hook` (empty: any hook) and importing nothing it does not
+    /// provide before storing anything, then compiles it in the background:
+    /// the answer's `state` is `compiling` until the code is `ready` (or
+    /// `failed`); [`Admin::wait_plugin_compiled`] waits for that. Attaching the
+    /// plugin or deploying a transform of it waits for the compile on its own.
+    /// Uploading the bytes a plugin already has changes nothing and sends
+    /// nothing.
     pub async fn upload_plugin(&self, name: &str, hook: &str, wasm: Vec<u8>) -> Result<PluginDescription, ClientError> {
         self.upload_plugin_with_progress(name, hook, wasm, |_, _| {}).await
     }
@@ -131,8 +145,9 @@ impl Admin {
     /// [`Admin::upload_plugin`], calling `progress(sent, total)` after each
     /// chunk. The bytes go in chunks of at most 4 MiB (so a component may be
     /// bigger than the broker's request limit, up to its `[plugins]
-    /// upload_bytes_max`), all to one broker, which compiles the component
-    /// once the last chunk is in: the call may take seconds per MB.
+    /// upload_bytes_max`), all to one broker. New code under a name attached
+    /// to topics is checked against each attachment's configuration, so that
+    /// upload answers only once compiled (seconds per MB).
     pub async fn upload_plugin_with_progress(
         &self,
         name: &str,
@@ -223,6 +238,39 @@ impl Admin {
             Ok(())
         })
         .await
+    }
+
+    /// Waits until the code of plugin `name` has compiled on the broker that
+    /// answers (`state` no longer `compiling` or `fetching`), asking every
+    /// 100 ms up to 1 s apart, for at most `timeout`: the plugin, or
+    /// `InvalidPlugin` with the compiler's reason when it failed, or
+    /// `RequestTimedOut`. `progress` is called with the state after each look.
+    pub async fn wait_plugin_compiled(
+        &self,
+        name: &str,
+        timeout: std::time::Duration,
+        progress: impl Fn(&PluginDescription),
+    ) -> Result<PluginDescription, ClientError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pause = std::time::Duration::from_millis(100);
+        loop {
+            let plugin = self.describe_plugin(name).await?;
+            progress(&plugin);
+            match plugin.state.as_str() {
+                "compiling" | "fetching" => {}
+                "failed" => {
+                    let message = format!("plugin {name:?} did not compile: {}", plugin.state_reason);
+                    return Err(ClientError::broker(abi::ErrorCode::InvalidPlugin, message));
+                }
+                _ => return Ok(plugin),
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                let message = format!("plugin {name:?} was still {} after {timeout:?}", plugin.state);
+                return Err(ClientError::broker(abi::ErrorCode::RequestTimedOut, message));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_secs(1));
+        }
     }
 
     pub async fn list_plugins(&self) -> Result<Vec<PluginDescription>, ClientError> {

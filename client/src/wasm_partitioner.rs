@@ -5,13 +5,21 @@
 //! answers a partition or "the built-in choice" (Kafka murmur2 of the key,
 //! round-robin without one), so every SDK over this core places a record the
 //! same way.
+//!
+//! Compiling takes seconds for a Python or JavaScript component, so compiled
+//! code is kept: once per process by digest, and between processes in a
+//! per-user cache directory ([`cache_dir`]), where a later producer loads it
+//! in milliseconds without fetching the module. What happened (compiled, or
+//! loaded from the cache) is a line of the plugin's log, reported to the
+//! broker with the calls.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use abi::ErrorCode;
-use plugin_host::{HookKind, HostLimits, PackedBatch, Plugin, PluginEngine, PluginLog, PluginMetrics};
+use plugin_host::{CompiledPlugin, HookKind, HostLimits, PackedBatch, Plugin, PluginEngine, PluginLog, PluginMetrics};
 
 use crate::admin::Admin;
 use crate::cluster::{Cluster, PartitionerRef};
@@ -28,8 +36,90 @@ fn engine() -> Result<&'static PluginEngine, ClientError> {
     Ok(ENGINE.get_or_init(|| engine))
 }
 
+/// Compiled partitioners of this process, by digest.
+static COMPILED: OnceLock<Mutex<HashMap<String, Arc<CompiledPlugin>>>> = OnceLock::new();
+
+/// Artifacts the cache directory keeps (the least recently written go first).
+const CACHED_MAX: usize = 16;
+
+/// Where compiled partitioners are kept between processes:
+/// `WEIR_PLUGIN_CACHE_DIR` (empty: nowhere), else `$XDG_CACHE_HOME/weir/plugins`,
+/// else `$HOME/.cache/weir/plugins`.
+fn cache_dir() -> Option<PathBuf> {
+    let nonempty = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from);
+    if let Some(dir) = std::env::var_os("WEIR_PLUGIN_CACHE_DIR") {
+        return (!dir.is_empty()).then(|| PathBuf::from(dir));
+    }
+    nonempty("XDG_CACHE_HOME")
+        .or_else(|| nonempty("HOME").map(|home| home.join(".cache")))
+        .map(|cache| cache.join("weir").join("plugins"))
+}
+
+/// Whether `path` is this user's and nobody else may write to it: an artifact
+/// is machine code, so only a file as trusted as the user's own is loaded.
+fn trusted(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let user = unsafe { libc::geteuid() };
+    std::fs::symlink_metadata(path).is_ok_and(|metadata| metadata.uid() == user && metadata.mode() & 0o022 == 0)
+}
+
+/// The cached artifact of `digest`, when there is one this engine can load.
+fn load_cached(engine: &PluginEngine, dir: &Path, digest: &str) -> Option<CompiledPlugin> {
+    let path = dir.join(format!("{digest}.cwasm"));
+    if !trusted(dir) || !trusted(&path) {
+        return None;
+    }
+    let bytes = std::fs::read(&path).ok()?;
+    // SAFETY: the file was written by `store_cached` (of this or an earlier
+    // process of this user; nobody else can write it, `trusted`), from
+    // `CompiledPlugin::serialize`; wasmtime refuses an artifact of another
+    // version or configuration, which is then compiled again.
+    unsafe { engine.deserialize(&bytes, digest.to_owned()) }.ok()
+}
+
+/// Writes `compiled` to the cache (atomically; best effort) and keeps the
+/// newest [`CACHED_MAX`] artifacts.
+fn store_cached(dir: &Path, compiled: &CompiledPlugin) {
+    use std::os::unix::fs::DirBuilderExt;
+    let written = (|| -> std::io::Result<()> {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        let bytes = compiled.serialize().map_err(std::io::Error::other)?;
+        let path = dir.join(format!("{}.cwasm", compiled.digest()));
+        // Unique to this write: two producers of one process may compile the
+        // same code at once.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let partial = dir.join(format!("{}.cwasm.{}-{write}.partial", compiled.digest(), std::process::id()));
+        std::fs::write(&partial, bytes)?;
+        std::fs::rename(&partial, &path)
+    })();
+    if let Err(error) = written {
+        tracing::debug!(dir = %dir.display(), %error, "partitioner not cached");
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut artifacts: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "cwasm"))
+        .filter_map(|path| Some((std::fs::metadata(&path).ok()?.modified().ok()?, path)))
+        .collect();
+    artifacts.sort();
+    let excess = artifacts.len().saturating_sub(CACHED_MAX);
+    for (_, path) in artifacts.into_iter().take(excess) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 fn failed(message: &str) -> ClientError {
     ClientError::broker(ErrorCode::PluginFailed, format!("partitioner plugin: {message}"))
+}
+
+/// What report times count from (this process's first look).
+fn report_epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
 }
 
 /// How often a producer reports its partitioners' calls to a broker (and
@@ -58,7 +148,8 @@ struct Reported {
 #[derive(Default)]
 pub(crate) struct Partitioners {
     loaded: Mutex<HashMap<PartitionerRef, Arc<Loaded>>>,
-    last_report: Mutex<Option<std::time::Instant>>,
+    /// Milliseconds after [`report_epoch`] of the last report, plus one (0: none yet).
+    last_report: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Partitioners {
@@ -78,21 +169,13 @@ impl Partitioners {
         if let Some(loaded) = self.loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(reference) {
             return Ok(loaded.plugin.clone());
         }
-        let wasm = Admin::with_cluster(cluster.clone(), request_timeout).fetch_plugin(&reference.digest).await?;
-        if plugin_host::hex_sha256(&wasm) != reference.digest {
-            return Err(failed("the fetched module does not match its digest"));
-        }
-        let engine = engine()?;
-        let compiled = tokio::task::spawn_blocking(move || engine.compile(&wasm))
-            .await
-            .map_err(|error| failed(&error.to_string()))?
-            .map_err(|error| failed(&error.to_string()))?;
+        let log = Arc::new(PluginLog::new(64, 1024));
+        let compiled = compiled(cluster, request_timeout, &reference.digest, &log).await?;
         if compiled.kind() != HookKind::Partitioner {
             return Err(failed(&format!("{} is a {}", reference.plugin, compiled.kind().name())));
         }
-        let log = Arc::new(PluginLog::new(64, 1024));
         let metrics = Arc::new(PluginMetrics::default());
-        let plugin = Plugin::start(Arc::new(compiled), reference.config.clone(), log.clone(), metrics.clone())
+        let plugin = Plugin::start(compiled, reference.config.clone(), log.clone(), metrics.clone())
             .map_err(|error| failed(&error.to_string()))?;
         let plugin = Arc::new(Mutex::new(plugin));
         let loaded =
@@ -104,15 +187,14 @@ impl Partitioners {
     /// Whether [`REPORT_INTERVAL`] has passed since the last report (and
     /// starts the next interval when it has).
     pub(crate) fn report_due(&self) -> bool {
-        let mut last = self.last_report.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now = std::time::Instant::now();
-        match *last {
-            Some(at) if now.duration_since(at) < REPORT_INTERVAL => false,
-            _ => {
-                *last = Some(now);
-                true
-            }
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = report_epoch().elapsed().as_millis() as u64 + 1;
+        let last = self.last_report.load(Relaxed);
+        if last != 0 && now - last < REPORT_INTERVAL.as_millis() as u64 {
+            return false;
         }
+        // One caller starts the next interval.
+        self.last_report.compare_exchange(last, now, Relaxed, Relaxed).is_ok()
     }
 
     /// What each partitioner did since the last report (none that did nothing).
@@ -169,6 +251,57 @@ impl Partitioners {
 }
 
 /// The plugin's partition for one record (`None`: the built-in choice).
+/// The compiled code of `digest`: this process's, the cache's, or fetched from
+/// a broker and compiled (then cached). Notes in `log` which.
+async fn compiled(
+    cluster: &Arc<Cluster>,
+    request_timeout: Duration,
+    digest: &str,
+    log: &Arc<PluginLog>,
+) -> Result<Arc<CompiledPlugin>, ClientError> {
+    let in_process = COMPILED.get_or_init(Mutex::default);
+    if let Some(compiled) = in_process.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(digest) {
+        return Ok(compiled.clone());
+    }
+    let engine = engine()?;
+    let dir = cache_dir();
+    let owned = (digest.to_owned(), dir.clone());
+    let cached = tokio::task::spawn_blocking(move || owned.1.and_then(|dir| load_cached(engine, &dir, &owned.0)))
+        .await
+        .map_err(|error| failed(&error.to_string()))?;
+    let compiled = match cached {
+        Some(compiled) => {
+            let dir = dir.as_deref().map(Path::display);
+            log.push("info", format!("host: loaded {digest} from the compile cache in {}", dir.expect("cached")));
+            compiled
+        }
+        None => {
+            let wasm = Admin::with_cluster(cluster.clone(), request_timeout).fetch_plugin(digest).await?;
+            if plugin_host::hex_sha256(&wasm) != digest {
+                return Err(failed("the fetched module does not match its digest"));
+            }
+            let size = wasm.len();
+            let started = Instant::now();
+            let compiled = tokio::task::spawn_blocking(move || {
+                let compiled = engine.compile(&wasm)?;
+                if let Some(dir) = dir {
+                    store_cached(&dir, &compiled);
+                }
+                Ok::<_, plugin_host::PluginError>(compiled)
+            })
+            .await
+            .map_err(|error| failed(&error.to_string()))?
+            .map_err(|error| failed(&error.to_string()))?;
+            let elapsed_ms = started.elapsed().as_millis();
+            log.push("info", format!("host: compiled {digest} ({size} bytes) in {elapsed_ms} ms"));
+            compiled
+        }
+    };
+    let compiled = Arc::new(compiled);
+    in_process.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(digest.to_owned(), compiled.clone());
+    Ok(compiled)
+}
+
 pub(crate) fn choose(
     plugin: &Mutex<Plugin>,
     topic: &str,

@@ -25,6 +25,22 @@ fn wasm(name: &str) -> Vec<u8> {
     })
 }
 
+/// `name`'s component with the last byte of its first function body (an
+/// `end`) made `unreachable`: it reads like a plugin, but does not compile.
+fn uncompilable(name: &str) -> Vec<u8> {
+    let mut bytes = wasm(name);
+    let body_end = wasmparser::Parser::new(0)
+        .parse_all(&bytes)
+        .find_map(|payload| match payload.unwrap() {
+            wasmparser::Payload::CodeSectionEntry(body) => Some(body.range().end),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(bytes[body_end - 1], 0x0b, "a body ends with `end`");
+    bytes[body_end - 1] = 0x00;
+    bytes
+}
+
 /// A broker whose plugin calls may run long: a loaded test machine must not
 /// turn a slow call into a failure (deadlines have their own test).
 async fn relaxed_broker(data_dir: &std::path::Path) -> TestBroker {
@@ -88,6 +104,27 @@ async fn uploads_are_validated_and_listed() {
     }
     let listed = admin.list_plugins().await.unwrap();
     assert_eq!(listed.iter().map(|plugin| plugin.name.as_str()).collect::<Vec<_>>(), vec!["json"]);
+
+    // Read as a plugin, stored and registered at once; the compile fails
+    // afterwards, and says so wherever the plugin is used.
+    let broken = admin.upload_plugin("broken", "", uncompilable("json_validator")).await.unwrap();
+    assert!(["compiling", "failed"].contains(&broken.state.as_str()), "{broken:?}");
+    let failed = admin.wait_plugin_compiled("broken", Duration::from_secs(600), |_| {}).await;
+    assert!(
+        matches!(&failed, Err(client::ClientError::Broker { code: ErrorCode::InvalidPlugin, message })
+        if message.contains("did not compile")),
+        "{failed:?}"
+    );
+    let described = admin.describe_plugin("broken").await.unwrap();
+    assert_eq!(described.state, "failed");
+    assert!(!described.state_reason.is_empty(), "{described:?}");
+    let logs = admin.plugin_logs("broken").await.unwrap();
+    assert!(logs.iter().any(|line| line.level == "error" && line.message.contains("did not compile")), "{logs:?}");
+    admin.create_topic(NewTopic::new("events", 1)).await.unwrap();
+    let attached = admin.attach_plugin(attach("events", "produce-interceptor", "broken", &[], "")).await;
+    assert_eq!(code_of(attached), ErrorCode::InvalidPlugin);
+    admin.delete_plugin("broken").await.unwrap();
+
     assert_eq!(code_of(admin.delete_plugin("missing").await), ErrorCode::PluginNotFound);
     admin.delete_plugin("json").await.unwrap();
     assert!(admin.list_plugins().await.unwrap().is_empty());
@@ -139,6 +176,31 @@ async fn a_produce_interceptor_rejects_bad_records_and_survives_a_restart() {
     let producer = fast_producer(&broker);
     assert_eq!(code_of(send(&producer, "orders", b"oops").await), ErrorCode::InvalidRecord);
     assert_eq!(send(&producer, "orders", br#"{"id":3}"#).await.unwrap(), 2);
+    drop(producer);
+    broker.stop().await;
+
+    // Without the compiled cache, the broker compiles in the background and
+    // the attachment starts when that is done.
+    let plugin_dir = temp.path().join("plugins");
+    let mut removed = 0;
+    for file in std::fs::read_dir(&plugin_dir).unwrap() {
+        let path = file.unwrap().path();
+        if path.extension().is_some_and(|extension| extension == "cwasm") {
+            std::fs::remove_file(path).unwrap();
+            removed += 1;
+        }
+    }
+    assert_eq!(removed, 1, "one compiled artifact in {}", plugin_dir.display());
+    let broker = relaxed_broker(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    support::wait_until("the attachment runs its recompiled code", || async {
+        let attachments = admin.list_attachments(Some("orders")).await.unwrap();
+        attachments.first().is_some_and(|attachment| attachment.status == "running")
+    })
+    .await;
+    assert_eq!(admin.describe_plugin("json").await.unwrap().state, "ready");
+    let producer = fast_producer(&broker);
+    assert_eq!(code_of(send(&producer, "orders", b"oops").await), ErrorCode::InvalidRecord);
     admin.detach_plugin("orders", "produce-interceptor", "json").await.unwrap();
     assert_eq!(send(&producer, "orders", b"anything goes now").await.unwrap(), 3);
     admin.delete_plugin("json").await.unwrap();
@@ -391,7 +453,16 @@ async fn a_partitioner_plugin_places_records_in_every_producer() {
     let described = admin.describe_plugin("regions").await.unwrap();
     assert_eq!((described.client_calls, described.client_errors), (6, 0), "six records placed by the plugin");
     let logs = admin.plugin_logs("regions").await.unwrap();
-    assert!(logs.iter().all(|line| !line.message.starts_with("client (")), "nothing logged: {logs:?}");
+    let from_clients: Vec<&str> = logs
+        .iter()
+        .filter_map(|line| line.message.strip_prefix("client ("))
+        .filter_map(|line| line.split_once("): ").map(|(_, message)| message))
+        .collect();
+    assert_eq!(from_clients.len(), 1, "the plugin logged nothing; the host how it got the code: {logs:?}");
+    assert!(
+        from_clients[0].starts_with("host: compiled ") || from_clients[0].contains("from the compile cache"),
+        "{from_clients:?}"
+    );
     // A report for other code (or another plugin) changes nothing.
     let stale = client::PluginCallReport {
         plugin: "regions".to_owned(),
@@ -417,7 +488,7 @@ async fn a_partitioner_plugin_places_records_in_every_producer() {
     let described = admin.describe_plugin("regions").await.unwrap();
     assert_eq!((described.client_calls, described.client_errors), (7, 1));
     let logs = admin.plugin_logs("regions").await.unwrap();
-    let reported = logs.iter().find(|line| line.message.starts_with("client (pid ")).expect("the client's line");
+    let reported = logs.iter().rev().find(|line| line.message.starts_with("client (pid ")).expect("the client's line");
     assert!(reported.message.ends_with("): host: the plugin trapped"), "{reported:?}");
     broker.stop().await;
 }
@@ -664,6 +735,15 @@ async fn python_and_javascript_plugins_run_end_to_end_on_default_settings() {
     };
     let uploaded = admin.upload_plugin_with_progress("upper", "", python.clone(), progress).await.unwrap();
     assert_eq!((uploaded.hook.as_str(), uploaded.size_bytes), ("consume-interceptor", python.len() as u64));
+    // Inspected and registered in milliseconds; compiled for seconds after.
+    assert_eq!(uploaded.state, "compiling", "the answer does not wait for the compile");
+    let states = std::sync::Mutex::new(Vec::new());
+    let ready = admin
+        .wait_plugin_compiled("upper", Duration::from_secs(600), |now| states.lock().unwrap().push(now.state.clone()))
+        .await
+        .unwrap();
+    assert_eq!((ready.state.as_str(), ready.digest.as_str()), ("ready", uploaded.digest.as_str()));
+    assert_eq!(states.lock().unwrap().last().map(String::as_str), Some("ready"));
     let sent = sent.lock().unwrap().clone();
     assert!(sent.len() >= 5, "4 MiB chunks: {sent:?}");
     assert_eq!(sent.last(), Some(&(python.len() as u64, python.len() as u64)));
