@@ -41,10 +41,18 @@ pub struct IsolationArgs {
     /// Do not pin the broker and the load generator apart.
     #[arg(long)]
     no_pin: bool,
+    /// The hostile fixture's modes to hammer, one topic each: `spin` (an
+    /// infinite loop), `bomb` (grows memory until the cap).
+    #[arg(long, value_delimiter = ',', default_value = "spin,bomb")]
+    hostile: Vec<String>,
 }
 
 const PROBE: &str = "probe";
-const HAMMERED: [(&str, &str); 2] = [("hammered-spin", "spin"), ("hammered-bomb", "bomb")];
+
+/// The topic hammered through the hostile fixture in `mode`.
+fn hammered(mode: &str) -> String {
+    format!("hammered-{mode}")
+}
 
 pub fn run(args: IsolationArgs) -> anyhow::Result<()> {
     let root = crate::repo_root();
@@ -68,7 +76,7 @@ pub fn run(args: IsolationArgs) -> anyhow::Result<()> {
     let outcome = runtime.block_on(async {
         let admin = client::Admin::new(common(&address))?;
         server.wait_ready(|| async { Ok(admin.list_topics().await.map(drop)?) }).await?;
-        prepare(&admin, wasm).await?;
+        prepare(&admin, wasm, &args.hostile).await?;
         rounds(&args, &address).await
     });
     server.stop();
@@ -80,19 +88,20 @@ fn common(address: &str) -> client::CommonConfig {
     client::CommonConfig { bootstrap_servers: address.to_owned(), ..client::CommonConfig::default() }
 }
 
-async fn prepare(admin: &client::Admin, wasm: Vec<u8>) -> anyhow::Result<()> {
+async fn prepare(admin: &client::Admin, wasm: Vec<u8>, modes: &[String]) -> anyhow::Result<()> {
     let page_cache = [("flush.policy".to_owned(), "interval".to_owned())];
     let mut probe = client::NewTopic::new(PROBE, 1);
     probe.configs = page_cache.to_vec();
     admin.create_topic(probe).await?;
     admin.upload_plugin("hostile", "produce-interceptor", wasm).await?;
-    for (topic, mode) in HAMMERED {
-        let mut hammered = client::NewTopic::new(topic, 4);
+    for mode in modes {
+        let topic = hammered(mode);
+        let mut hammered = client::NewTopic::new(&topic, 4);
         hammered.configs = page_cache.to_vec();
         admin.create_topic(hammered).await?;
         admin
             .attach_plugin(client::Attach {
-                topic: topic.to_owned(),
+                topic,
                 hook: "produce-interceptor".to_owned(),
                 plugin: "hostile".to_owned(),
                 config: vec![("mode".to_owned(), mode.to_owned())],
@@ -134,19 +143,20 @@ struct Hammer {
 }
 
 impl Hammer {
-    fn start(address: &str, producers: u32) -> anyhow::Result<Hammer> {
+    fn start(address: &str, modes: &[String], producers: u32) -> anyhow::Result<Hammer> {
         let stop = Arc::new(AtomicBool::new(false));
         let sends = Arc::new(AtomicU64::new(0));
         let mut tasks = Vec::new();
-        for (topic, _) in HAMMERED {
+        for mode in modes {
             for index in 0..producers {
+                let topic = hammered(mode);
                 let producer = producer(address)?;
                 let (stop, sends) = (stop.clone(), sends.clone());
                 tasks.push(tokio::spawn(async move {
                     let mut record = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         let key = format!("{index}-{record}").into_bytes();
-                        let sent = client::ProducerRecord::new(topic, b"x".to_vec()).key(key);
+                        let sent = client::ProducerRecord::new(topic.as_str(), b"x".to_vec()).key(key);
                         if let Ok(delivery) = producer.send(sent).await {
                             let _ = delivery.await;
                         }
@@ -180,7 +190,7 @@ async fn rounds(args: &IsolationArgs, address: &str) -> anyhow::Result<()> {
                 quiet = Some(probe(&probe_producer, args.probe_records).await?);
                 continue;
             }
-            let hammer = Hammer::start(address, args.hammer_producers)?;
+            let hammer = Hammer::start(address, &args.hostile, args.hammer_producers)?;
             let started = Instant::now();
             let latencies = probe(&probe_producer, args.probe_records).await?;
             let sends = hammer.stop().await;
