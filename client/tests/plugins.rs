@@ -292,7 +292,7 @@ async fn read_all(broker: &TestBroker, topics: &[(&str, i32)], count: usize) -> 
     consumer.assign(&partitions).await.unwrap();
     consumer.seek_all(Offset::Beginning).unwrap();
     let mut records = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while records.len() < count && Instant::now() < deadline {
         records.extend(consumer.poll(Duration::from_millis(200)).await.unwrap());
     }
