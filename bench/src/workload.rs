@@ -323,8 +323,9 @@ async fn produce(publisher: Box<dyn Publisher>, shape: LoadShape, window: Window
                 continue;
             }
         }
-        // One instant for the stamp and the producer's own count.
-        let sent = Instant::now();
+        // One instant for the window check, the stamp and the latency (the
+        // same clock reading for every system).
+        let sent = now;
         if shape.stamp {
             payload[..8].copy_from_slice(&nanos_at(sent).to_le_bytes());
         }

@@ -6,10 +6,14 @@
 //!    client does; or round-robin per batch for records without a key), waits
 //!    while more than `buffer_bytes_max` is unacknowledged, and appends the record
 //!    to the partition's open batch — encoded at once ([`BatchWriter`]), so a
-//!    record is copied once. It returns a [`DeliveryFuture`].
+//!    record is copied once. It returns a [`DeliveryFuture`]: the records of a
+//!    batch share one acknowledgement (one allocation per batch; per record a
+//!    reference and, while it is awaited, a waker), and the whole append takes
+//!    one uncontended lock.
 //! 2. A batch closes when the next record would pass `batch_bytes_max`, or —
-//!    once its partition has no request in flight — when it is `linger` old or
-//!    on `flush`/`close`. While a request is in flight the open batch keeps
+//!    once its partition has no request in flight — when it is `linger` old
+//!    (seen by the next record's clock reading, or by the sender's timer when
+//!    no record comes) or on `flush`/`close`. While a request is in flight the open batch keeps
 //!    taking records, so with a linger shorter than the round trip each round
 //!    trip carries one batch of everything sent meanwhile (as Kafka's
 //!    accumulator does), not one batch per record.
@@ -36,16 +40,18 @@
 //! Bounds: `buffer_bytes_max` of unacknowledged records; one request in flight
 //! per partition. The sender runs on the tokio runtime that created the producer.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::future::{Future, IntoFuture};
+use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use abi::batch::{BatchWriter, ProducerFields};
 use abi::weir_capnp::{broker, Acks as WireAcks};
 use abi::ErrorCode;
-use tokio::sync::{watch, Notify};
+use rustc_hash::{FxHashMap, FxHashSet};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::cluster::{Cluster, TopicInfo};
@@ -55,8 +61,6 @@ use crate::partitioner::partition_for_key;
 use crate::record::{ProducerRecord, RecordMetadata, RecordRef};
 
 type TopicPartition = (Arc<str>, i32);
-/// Outcome of one batch: its base offset, or why it failed.
-type BatchOutcome = Option<Result<Placement, ClientError>>;
 
 /// Where a batch's records landed: one base offset, or — after the broker refused
 /// the batch as too large and it was split — one outcome per part, each part
@@ -119,10 +123,10 @@ struct Inner {
 
 #[derive(Debug, Default)]
 struct State {
-    queues: HashMap<TopicPartition, PartitionQueue>,
+    queues: FxHashMap<TopicPartition, PartitionQueue>,
     /// Round-robin position per topic for records without a key, and the batch
     /// that position was chosen for.
-    sticky: HashMap<Arc<str>, (i32, u64)>,
+    sticky: FxHashMap<Arc<str>, (i32, u64)>,
     buffered_bytes: usize,
     next_batch_id: u64,
     /// Close every open batch now (flush or close).
@@ -136,7 +140,7 @@ struct State {
     producer_id_backoff: Duration,
     closed: bool,
     /// Topic names handed to `DeliveryFuture`s, one allocation per topic.
-    names: HashSet<Arc<str>>,
+    names: FxHashSet<Arc<str>>,
 }
 
 /// One record to queue, borrowed from the caller.
@@ -183,37 +187,140 @@ struct Batch {
     id: u64,
     writer: BatchWriter,
     created: Instant,
+    /// The wall clock at creation (ms since the epoch) when the record that
+    /// opened it was stamped with it: lets a later record close the batch once
+    /// it lingered, with the clock reading it takes anyway.
+    created_ms: Option<i64>,
     buffered_bytes: usize,
-    outcome: watch::Sender<BatchOutcome>,
+    ack: AckSender,
+}
+
+/// A batch's outcome, shared by the [`DeliveryFuture`]s of its records: one
+/// allocation per batch, and per record only a reference and, while it waits,
+/// its waker.
+#[derive(Debug)]
+struct BatchAck {
+    topic: Arc<str>,
+    partition: i32,
+    outcome: OnceLock<Result<Placement, ClientError>>,
+    /// Wakers of the futures waiting; each future keeps its slot, so polling
+    /// again replaces its waker instead of adding one.
+    waiters: Mutex<Vec<Option<Waker>>>,
+}
+
+/// No slot taken in [`BatchAck::waiters`].
+const NO_SLOT: u32 = u32::MAX;
+
+impl BatchAck {
+    fn new(topic: Arc<str>, partition: i32) -> Arc<BatchAck> {
+        Arc::new(BatchAck { topic, partition, outcome: OnceLock::new(), waiters: Mutex::new(Vec::new()) })
+    }
+
+    /// Settles the batch (the first outcome stands) and wakes every waiter.
+    fn settle(&self, outcome: Result<Placement, ClientError>) {
+        let _ = self.outcome.set(outcome);
+        // The outcome is set before the waiters are taken, and `poll` registers
+        // under the same lock after looking: no waiter is missed.
+        let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        waiters.into_iter().flatten().for_each(Waker::wake);
+    }
+
+    /// The outcome once settled; until then registers `cx`'s waker in `slot`.
+    fn poll_outcome(&self, cx: &mut Context<'_>, slot: &mut u32) -> Poll<&Result<Placement, ClientError>> {
+        if let Some(outcome) = self.outcome.get() {
+            return Poll::Ready(outcome);
+        }
+        let mut waiters = self.waiters.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(outcome) = self.outcome.get() {
+            return Poll::Ready(outcome);
+        }
+        match waiters.get_mut(*slot as usize) {
+            Some(Some(waker)) if waker.will_wake(cx.waker()) => {}
+            Some(waker) => *waker = Some(cx.waker().clone()),
+            None => {
+                *slot = waiters.len() as u32;
+                waiters.push(Some(cx.waker().clone()));
+            }
+        }
+        Poll::Pending
+    }
+}
+
+/// Settles its batch with [`ClientError::Closed`] if it is dropped unsettled
+/// (the producer's runtime went away), so no [`DeliveryFuture`] waits forever.
+#[derive(Debug)]
+struct AckSender(Arc<BatchAck>);
+
+impl AckSender {
+    fn settle(self, outcome: Result<Placement, ClientError>) {
+        self.0.settle(outcome);
+    }
+}
+
+impl Drop for AckSender {
+    fn drop(&mut self) {
+        if self.0.outcome.get().is_none() {
+            self.0.settle(Err(ClientError::Closed));
+        }
+    }
+}
+
+/// Resolves once a batch is settled, whatever its outcome (for `flush`).
+struct Settled {
+    ack: Arc<BatchAck>,
+    slot: u32,
+}
+
+impl Future for Settled {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        this.ack.poll_outcome(cx, &mut this.slot).map(drop)
+    }
 }
 
 /// Resolves to the record's [`RecordMetadata`] once its batch is acknowledged
-/// (`.await` it), or to the batch's error.
+/// (`.await` it), or to the batch's error. Dropping it does not cancel the send.
 #[derive(Debug)]
 pub struct DeliveryFuture {
-    outcome: watch::Receiver<BatchOutcome>,
-    topic: Arc<str>,
-    partition: i32,
-    offset_delta: i64,
+    ack: Arc<BatchAck>,
+    offset_delta: u32,
+    slot: u32,
     timestamp_ms: i64,
 }
 
 impl DeliveryFuture {
-    /// Waits for the acknowledgement.
-    pub async fn wait(mut self) -> Result<RecordMetadata, ClientError> {
-        let outcome = self.outcome.wait_for(Option::is_some).await.map_err(|_| ClientError::Closed)?.clone();
-        let placement = outcome.ok_or(ClientError::Closed)??;
-        let offset = placement.offset_of(self.offset_delta)?;
-        Ok(RecordMetadata { topic: self.topic, partition: self.partition, offset, timestamp_ms: self.timestamp_ms })
+    /// Waits for the acknowledgement (the same as `.await`).
+    pub async fn wait(self) -> Result<RecordMetadata, ClientError> {
+        self.await
+    }
+
+    /// The topic and partition the record was queued for.
+    pub fn topic_partition(&self) -> (&str, i32) {
+        (&self.ack.topic, self.ack.partition)
     }
 }
 
-impl IntoFuture for DeliveryFuture {
+impl Future for DeliveryFuture {
     type Output = Result<RecordMetadata, ClientError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.wait())
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let outcome = std::task::ready!(this.ack.poll_outcome(cx, &mut this.slot));
+        let offset = outcome.as_ref().map_err(Clone::clone)?.offset_of(i64::from(this.offset_delta))?;
+        let (topic, partition) = (this.ack.topic.clone(), this.ack.partition);
+        Poll::Ready(Ok(RecordMetadata { topic, partition, offset, timestamp_ms: this.timestamp_ms }))
+    }
+}
+
+/// Whether a batch opened at `created_ms` has lingered by `now_ms` (both wall
+/// clock readings; `false` when either is unknown, for `linger` 0 — the sender
+/// closes those at once — and when the clock went back).
+fn lingered(created_ms: Option<i64>, now_ms: Option<i64>, linger: Duration) -> bool {
+    match (created_ms, now_ms) {
+        (Some(created_ms), Some(now_ms)) if !linger.is_zero() => now_ms - created_ms >= linger.as_millis() as i64,
+        _ => false,
     }
 }
 
@@ -348,21 +455,45 @@ impl Producer {
     }
 
     async fn enqueue(&self, topic: &TopicInfo, record: RecordParts<'_>) -> Result<DeliveryFuture, ClientError> {
-        let inner = &self.inner;
-        let partition_count = topic.partitions.len() as i32;
-        let headers = record.headers;
-        let size_bytes = BatchWriter::record_size_bytes(record.key, record.value, headers);
-        if size_bytes > inner.config.buffer_bytes_max {
-            let message =
-                format!("record of {size_bytes} bytes exceeds buffer.memory {}", inner.config.buffer_bytes_max);
+        let buffer_bytes_max = self.inner.config.buffer_bytes_max;
+        let size_bytes = BatchWriter::record_size_bytes(record.key, record.value, record.headers);
+        if size_bytes > buffer_bytes_max {
+            let message = format!("record of {size_bytes} bytes exceeds buffer.memory {buffer_bytes_max}");
             return Err(ClientError::broker(ErrorCode::MessageTooLarge, message));
         }
-        self.wait_for_space(size_bytes).await?;
-        let timestamp_ms = record.timestamp_ms.unwrap_or_else(now_ms);
+        // A caller sending in a tight loop never waits while the buffer has
+        // room: take part in Tokio's cooperative budget, so the sender task
+        // sharing its worker closes and sends batches on time meanwhile.
+        tokio::task::consume_budget().await;
+        let clock_ms = record.timestamp_ms.is_none().then(now_ms);
+        loop {
+            if let Some(queued) = self.try_append(topic, &record, size_bytes, clock_ms) {
+                return queued;
+            }
+            self.wait_for_space(size_bytes).await?;
+        }
+    }
+
+    /// Appends the record to its partition's open batch under one lock, or
+    /// returns `None` when the buffer has no room for it. `clock_ms` is the
+    /// wall clock read for a record without a timestamp of its own.
+    fn try_append(
+        &self,
+        topic: &TopicInfo,
+        record: &RecordParts<'_>,
+        size_bytes: usize,
+        clock_ms: Option<i64>,
+    ) -> Option<Result<DeliveryFuture, ClientError>> {
+        let inner = &self.inner;
+        let timestamp_ms = record.timestamp_ms.or(clock_ms).unwrap_or_else(now_ms);
         let mut state = inner.lock();
         if state.closed {
-            return Err(ClientError::Closed);
+            return Some(Err(ClientError::Closed));
         }
+        if state.buffered_bytes != 0 && state.buffered_bytes + size_bytes > inner.config.buffer_bytes_max {
+            return None;
+        }
+        let partition_count = topic.partitions.len() as i32;
         let topic_name = state.topic_name(&topic.name);
         let partition = match (record.partition, record.key) {
             (Some(partition), _) => partition,
@@ -385,15 +516,21 @@ impl Producer {
                 id: *next_batch_id,
                 writer: BatchWriter::new(timestamp_ms, batch_bytes_max.min(256 * 1024)),
                 created: Instant::now(),
+                created_ms: clock_ms,
                 buffered_bytes: 0,
-                outcome: watch::channel(None).0,
+                ack: AckSender(BatchAck::new(topic_name, partition)),
             }
         });
-        let offset_delta = batch.writer.record_count() as i64;
-        batch.writer.push(timestamp_ms, record.key, record.value, headers);
+        let offset_delta = batch.writer.record_count() as u32;
+        batch.writer.push(timestamp_ms, record.key, record.value, record.headers);
         batch.buffered_bytes += size_bytes;
-        let outcome = batch.outcome.subscribe();
-        if batch.writer.size_bytes() >= batch_bytes_max {
+        let ack = batch.ack.0.clone();
+        let full = batch.writer.size_bytes() >= batch_bytes_max;
+        // A batch that lingered closes with the record that finds it so, if its
+        // partition is free: on time, not at the sender's next timer tick
+        // (Tokio's are a millisecond apart).
+        let lingered = lingered(batch.created_ms, clock_ms, inner.config.linger);
+        if full || (lingered && !queue.in_flight && queue.ready.is_empty()) {
             queue.ready.extend(queue.open.take());
             wake = true;
         }
@@ -401,7 +538,7 @@ impl Producer {
         if wake {
             inner.wake.notify_one();
         }
-        Ok(DeliveryFuture { outcome, topic: topic_name, partition, offset_delta, timestamp_ms })
+        Some(Ok(DeliveryFuture { ack, offset_delta, slot: NO_SLOT, timestamp_ms }))
     }
 
     async fn wait_for_space(&self, size_bytes: usize) -> Result<(), ClientError> {
@@ -431,12 +568,13 @@ impl Producer {
             let mut state = self.inner.lock();
             state.drain_all = true;
             for queue in state.queues.values() {
-                outcomes.extend(queue.open.iter().chain(queue.ready.iter()).map(|batch| batch.outcome.subscribe()));
+                let batches = queue.open.iter().chain(queue.ready.iter());
+                outcomes.extend(batches.map(|batch| Settled { ack: batch.ack.0.clone(), slot: NO_SLOT }));
             }
         }
         self.inner.wake.notify_one();
-        for mut outcome in outcomes {
-            let _ = outcome.wait_for(Option::is_some).await;
+        for settled in outcomes {
+            settled.await;
         }
         // In-flight batches were not in the queues; wait until none is left.
         loop {
@@ -635,7 +773,7 @@ impl Inner {
         }
         for batch in expired {
             let error = ClientError::Timeout { operation: "produce", timeout_ms: timeout.as_millis() as u64 };
-            batch.outcome.send_replace(Some(Err(error)));
+            batch.ack.settle(Err(error));
         }
         self.space.notify_waiters();
         next_expiry
@@ -765,9 +903,9 @@ fn sequence_repair(error: &ClientError, fields: ProducerFields) -> SequenceRepai
 
 /// Seals and sends one batch, retrying as the module docs describe.
 async fn send_batch(inner: Arc<Inner>, topic_partition: TopicPartition, batch: Batch, fields: ProducerFields) {
-    let Batch { writer, created, buffered_bytes, outcome: outcome_sender, .. } = batch;
+    let Batch { writer, created, buffered_bytes, ack, .. } = batch;
     let Delivered { outcome, repair } = deliver(&inner, &topic_partition, writer, created, fields).await;
-    outcome_sender.send_replace(Some(outcome));
+    ack.settle(outcome);
     inner.finish_batch(&topic_partition, buffered_bytes, repair.filter(|_| fields.producer_id >= 0));
 }
 
@@ -959,7 +1097,8 @@ mod tests {
     }
 
     fn open_batch(created: Instant) -> Batch {
-        Batch { id: 1, writer: BatchWriter::new(0, 1024), created, buffered_bytes: 0, outcome: watch::channel(None).0 }
+        let ack = AckSender(BatchAck::new("t".into(), 0));
+        Batch { id: 1, writer: BatchWriter::new(0, 1024), created, created_ms: None, buffered_bytes: 0, ack }
     }
 
     #[test]
@@ -989,6 +1128,67 @@ mod tests {
         // Draining (flush/close) closes it before its linger.
         assert_eq!(queue.close_open_batch(false, linger, true, now), None);
         assert!(queue.open.is_none() && queue.ready.len() == 1);
+    }
+
+    /// A waker that counts its wakes.
+    struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn counting_waker() -> (Arc<CountingWaker>, Waker) {
+        let counter = Arc::new(CountingWaker(0.into()));
+        (counter.clone(), Waker::from(counter))
+    }
+
+    #[test]
+    fn a_batch_ack_wakes_each_waiting_record_once_and_answers_its_offset() {
+        let ack = BatchAck::new("t".into(), 3);
+        let (counter, waker) = counting_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut first = DeliveryFuture { ack: ack.clone(), offset_delta: 0, slot: NO_SLOT, timestamp_ms: 1 };
+        let mut second = DeliveryFuture { ack: ack.clone(), offset_delta: 2, slot: NO_SLOT, timestamp_ms: 2 };
+        // Polling again keeps one waker per future, not one per poll.
+        for _ in 0..5 {
+            assert!(Pin::new(&mut first).poll(&mut cx).is_pending());
+            assert!(Pin::new(&mut second).poll(&mut cx).is_pending());
+        }
+        assert_eq!(ack.waiters.lock().unwrap().len(), 2);
+        ack.settle(Ok(Placement::Whole(40)));
+        assert_eq!(counter.0.load(std::sync::atomic::Ordering::SeqCst), 2);
+        let Poll::Ready(Ok(metadata)) = Pin::new(&mut second).poll(&mut cx) else { panic!("not settled") };
+        assert_eq!((&*metadata.topic, metadata.partition, metadata.offset, metadata.timestamp_ms), ("t", 3, 42, 2));
+        // The first outcome stands.
+        ack.settle(Err(ClientError::Closed));
+        assert!(matches!(Pin::new(&mut first).poll(&mut cx), Poll::Ready(Ok(RecordMetadata { offset: 40, .. }))));
+    }
+
+    #[test]
+    fn a_batch_dropped_unsettled_fails_its_records_as_closed() {
+        let batch = open_batch(Instant::now());
+        let (counter, waker) = counting_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut delivery = DeliveryFuture { ack: batch.ack.0.clone(), offset_delta: 0, slot: NO_SLOT, timestamp_ms: 0 };
+        assert!(Pin::new(&mut delivery).poll(&mut cx).is_pending());
+        drop(batch);
+        assert_eq!(counter.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(matches!(Pin::new(&mut delivery).poll(&mut cx), Poll::Ready(Err(ClientError::Closed))));
+    }
+
+    #[test]
+    fn a_batch_lingered_once_the_clock_passed_its_linger() {
+        let linger = Duration::from_millis(5);
+        assert!(!lingered(Some(100), Some(104), linger));
+        assert!(lingered(Some(100), Some(105), linger));
+        // Unknown clock readings (records with their own timestamps), linger 0
+        // and a clock that went back leave it to the sender's timer.
+        assert!(!lingered(None, Some(200), linger));
+        assert!(!lingered(Some(100), None, linger));
+        assert!(!lingered(Some(100), Some(200), Duration::ZERO));
+        assert!(!lingered(Some(100), Some(50), linger));
     }
 
     #[test]

@@ -310,7 +310,7 @@ async fn a_dropped_producer_still_delivers_what_it_buffered() {
     let config = ProducerConfig { linger: Duration::from_millis(200), ..broker.producer_config() };
     let producer = Producer::new(config).unwrap();
     for index in 0..10 {
-        let _ = producer.send(ProducerRecord::new("dropped", format!("buffered-{index}"))).await.unwrap();
+        drop(producer.send(ProducerRecord::new("dropped", format!("buffered-{index}"))).await.unwrap());
     }
     drop(producer); // no flush, no close
     let consumer = Consumer::new(broker.consumer_config()).unwrap();

@@ -137,12 +137,18 @@ struct WeirPublisher {
 impl Publisher for WeirPublisher {
     fn send<'a>(&'a self, partition: i32, payload: &'a [u8]) -> BoxFuture<'a, anyhow::Result<Ack>> {
         async move {
-            // The borrowed bulk path with one record: no owned copy of the value
-            // before it is written into the batch.
-            let mut deliveries =
-                self.producer.send_many(&self.topic, Some(partition), std::iter::once((None, Some(payload)))).await?;
-            let delivery = deliveries.pop().context("send_many returned no delivery")?;
-            Ok(async move { delivery.wait().await.map(drop).map_err(anyhow::Error::from) }.boxed())
+            // The borrowed path: no owned copy of the value before it is
+            // written into the batch.
+            let record = client::RecordRef {
+                topic: &self.topic,
+                partition: Some(partition),
+                key: None,
+                value: Some(payload),
+                headers: &[],
+                timestamp_ms: None,
+            };
+            let delivery = self.producer.send_ref(record).await?;
+            Ok(delivery.map(|outcome| outcome.map(drop).map_err(anyhow::Error::from)).boxed())
         }
         .boxed()
     }
