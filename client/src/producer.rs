@@ -205,7 +205,7 @@ struct BatchAck {
     outcome: OnceLock<Result<Placement, ClientError>>,
     /// Wakers of the futures waiting; each future keeps its slot, so polling
     /// again replaces its waker instead of adding one.
-    waiters: Mutex<Vec<Option<Waker>>>,
+    waiters: Mutex<Vec<Waker>>,
 }
 
 /// No slot taken in [`BatchAck::waiters`].
@@ -222,7 +222,7 @@ impl BatchAck {
         // The outcome is set before the waiters are taken, and `poll` registers
         // under the same lock after looking: no waiter is missed.
         let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
-        waiters.into_iter().flatten().for_each(Waker::wake);
+        waiters.into_iter().for_each(Waker::wake);
     }
 
     /// The outcome once settled; until then registers `cx`'s waker in `slot`.
@@ -235,11 +235,10 @@ impl BatchAck {
             return Poll::Ready(outcome);
         }
         match waiters.get_mut(*slot as usize) {
-            Some(Some(waker)) if waker.will_wake(cx.waker()) => {}
-            Some(waker) => *waker = Some(cx.waker().clone()),
+            Some(waker) => waker.clone_from(cx.waker()),
             None => {
                 *slot = waiters.len() as u32;
-                waiters.push(Some(cx.waker().clone()));
+                waiters.push(cx.waker().clone());
             }
         }
         Poll::Pending
@@ -294,11 +293,6 @@ impl DeliveryFuture {
     /// Waits for the acknowledgement (the same as `.await`).
     pub async fn wait(self) -> Result<RecordMetadata, ClientError> {
         self.await
-    }
-
-    /// The topic and partition the record was queued for.
-    pub fn topic_partition(&self) -> (&str, i32) {
-        (&self.ack.topic, self.ack.partition)
     }
 }
 
