@@ -284,6 +284,20 @@ struct RecordPlacement {
   offset @1 :Int64;          # -1 with acks=none
 }
 
+# ---- produce to many partitions (one request per broker, as producers use it) ----
+
+struct PartitionProduce {
+  topic @0 :Text;
+  partition @1 :Int32;   # as in ProduceRequest (-1: the broker places each record)
+  batches @2 :Data;      # one or more RecordBatch v2, back to back
+}
+
+struct ProduceManyRequest {
+  acks @0 :Acks;
+  timeoutMs @1 :UInt32;
+  partitions @2 :List(PartitionProduce);   # entries for one partition are appended in request order
+}
+
 # ---- fetch ----
 
 struct FetchRequest {
@@ -431,4 +445,7 @@ interface Broker {
   # The broker that coordinates a consumer group (the leader of the group's
   # partition of __consumer_offsets); send the group's calls there.
   findCoordinator @11 (groupId :Text) -> (coordinator :BrokerInfo, error :Error);
+  # produce of several partitions in one call: each entry is answered as
+  # `produce` answers it, in request order; one entry's error leaves the others.
+  produceMany @12 (request :ProduceManyRequest) -> (responses :List(ProduceResponse));
 }

@@ -17,10 +17,13 @@
 //!    taking records, so with a linger shorter than the round trip each round
 //!    trip carries one batch of everything sent meanwhile (as Kafka's
 //!    accumulator does), not one batch per record.
-//! 3. The sender task sends the oldest closed batch of each partition, one batch
+//! 3. The sender task takes the oldest closed batch of each partition, one batch
 //!    in flight per partition, so per-partition order holds even across retries.
 //!    Only then is the batch's base sequence assigned (idempotence) and the
-//!    batch sealed (compression, CRC).
+//!    batch sealed (compression, CRC), off the callers' threads. The batches
+//!    taken together go to each leader in one `produceMany` request (one call
+//!    per broker, not one per partition, as Kafka's produce request carries
+//!    every partition's batch); a lone batch goes as a plain `produce`.
 //! 4. A retriable failure (lost connection, leader moved, timeout) refreshes the
 //!    metadata and retries the *same bytes* with backoff until
 //!    `delivery_timeout`; the broker's producer table turns a retry of a batch it
@@ -43,6 +46,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -56,6 +60,7 @@ use tokio::time::Instant;
 
 use crate::cluster::{Cluster, TopicInfo};
 use crate::config::{Acks, ProducerConfig};
+use crate::connection::Connection;
 use crate::error::{broker_error, ClientError};
 use crate::partitioner::partition_for_key;
 use crate::record::{ProducerRecord, RecordMetadata, RecordRef};
@@ -119,6 +124,9 @@ struct Inner {
     space: Notify,
     /// Partitioner plugins of the topics sent to.
     partitioners: crate::wasm_partitioner::Partitioners,
+    /// A broker answered `produceMany` as unimplemented (an older version):
+    /// every batch goes as its own `produce` from then on.
+    produce_many_unsupported: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -343,6 +351,7 @@ impl Producer {
             wake: Notify::new(),
             space: Notify::new(),
             partitioners: Default::default(),
+            produce_many_unsupported: AtomicBool::new(false),
         });
         tokio::spawn(run_sender(inner.clone()));
         Ok(Producer { _closer: Arc::new(CloseOnDrop(inner.clone())), inner })
@@ -679,19 +688,44 @@ impl Inner {
     /// Ends a batch's request: frees its buffer space, marks the partition idle,
     /// and after a failure of an idempotent batch repairs the sequence numbers.
     fn finish_batch(&self, topic_partition: &TopicPartition, buffered_bytes: usize, failure: Option<SequenceRepair>) {
+        self.finish_batches([(topic_partition, buffered_bytes, failure)]);
+    }
+
+    /// [`Inner::finish_batch`] of several batches under one lock, waking the
+    /// sender once: it then sees every freed partition at once and sends their
+    /// next batches together.
+    fn finish_batches<'a>(
+        &self,
+        finished: impl IntoIterator<Item = (&'a TopicPartition, usize, Option<SequenceRepair>)>,
+    ) {
         {
             let mut state = self.lock();
+            for (topic_partition, buffered_bytes, failure) in finished {
+                Self::finish_locked(&mut state, topic_partition, buffered_bytes, failure);
+            }
+        }
+        self.wake.notify_one();
+        self.space.notify_waiters();
+    }
+
+    fn finish_locked(
+        state: &mut State,
+        topic_partition: &TopicPartition,
+        buffered_bytes: usize,
+        failure: Option<SequenceRepair>,
+    ) {
+        {
             state.buffered_bytes -= buffered_bytes;
             let same_producer = |fields: &ProducerFields, state: &State| {
                 state.producer == Some((fields.producer_id, fields.producer_epoch))
             };
             match failure {
-                Some(SequenceRepair::GiveBack(fields)) if same_producer(&fields, &state) => {
+                Some(SequenceRepair::GiveBack(fields)) if same_producer(&fields, state) => {
                     if let Some(queue) = state.queues.get_mut(topic_partition) {
                         queue.next_sequence = fields.base_sequence;
                     }
                 }
-                Some(SequenceRepair::NewProducerId(fields)) if same_producer(&fields, &state) => {
+                Some(SequenceRepair::NewProducerId(fields)) if same_producer(&fields, state) => {
                     tracing::warn!(
                         producer_id = fields.producer_id,
                         "a batch may or may not be stored; new producer id"
@@ -705,8 +739,6 @@ impl Inner {
                 queue.in_flight = false;
             }
         }
-        self.wake.notify_one();
-        self.space.notify_waiters();
     }
 
     /// Asks the broker for a producer id when the producer needs one (one
@@ -797,11 +829,7 @@ impl Inner {
         let (topic, partition) = topic_partition.clone();
         let connection = self.cluster.leader(&topic, partition).await?;
         let address = connection.address().to_owned();
-        let acks = match self.config.acks {
-            Acks::None => WireAcks::None,
-            Acks::Leader => WireAcks::Leader,
-            Acks::All => WireAcks::All,
-        };
+        let acks = self.wire_acks();
         let timeout = self.config.common.request_timeout;
         let bytes = bytes.clone();
         let call = connection.call(move |client: broker::Client| async move {
@@ -819,6 +847,68 @@ impl Inner {
             }
             Ok(response.get_base_offset())
         });
+        self.bounded(call).await
+    }
+
+    /// One `produceMany` request for `batches`, all led by `connection`'s
+    /// broker: each batch's base offset or error, in order. `Ok(None)`: the
+    /// broker does not know `produceMany` (send each batch on its own).
+    async fn produce_many_once(
+        &self,
+        connection: &Connection,
+        batches: &[Sealed],
+    ) -> Result<Option<Vec<Result<i64, ClientError>>>, ClientError> {
+        let address = connection.address().to_owned();
+        let acks = self.wire_acks();
+        let timeout = self.config.common.request_timeout;
+        let parts: Vec<(TopicPartition, Arc<Vec<u8>>)> =
+            batches.iter().map(|batch| (batch.topic_partition.clone(), batch.bytes.clone())).collect();
+        let call = connection.call(move |client: broker::Client| async move {
+            let mut request = client.produce_many_request();
+            let mut builder = request.get().init_request();
+            builder.set_acks(acks);
+            builder.set_timeout_ms(timeout.as_millis().min(u32::MAX as u128) as u32);
+            let mut list = builder.init_partitions(parts.len() as u32);
+            for (index, ((topic, partition), bytes)) in parts.iter().enumerate() {
+                let mut entry = list.reborrow().get(index as u32);
+                entry.set_topic(&topic[..]);
+                entry.set_partition(*partition);
+                entry.set_batches(bytes);
+            }
+            let response = match request.send().promise.await {
+                Ok(response) => response,
+                Err(error) if error.kind == capnp::ErrorKind::Unimplemented => return Ok(None),
+                Err(error) => return Err(ClientError::from_rpc(&address, error)),
+            };
+            let responses = response.get()?.get_responses()?;
+            if responses.len() as usize != parts.len() {
+                let message = format!("{} answers to a produceMany of {} partitions", responses.len(), parts.len());
+                return Err(ClientError::Protocol(message));
+            }
+            let outcomes = responses
+                .iter()
+                .map(|response| match response.has_error() {
+                    true => Ok(Err(broker_error(response.get_error()?))),
+                    false => Ok(Ok(response.get_base_offset())),
+                })
+                .collect::<Result<Vec<_>, capnp::Error>>()?;
+            Ok(Some(outcomes))
+        });
+        self.bounded(call).await
+    }
+
+    fn wire_acks(&self) -> WireAcks {
+        match self.config.acks {
+            Acks::None => WireAcks::None,
+            Acks::Leader => WireAcks::Leader,
+            Acks::All => WireAcks::All,
+        }
+    }
+
+    /// `call` bounded by the request timeout (plus a second for the broker's own
+    /// timeout answer to arrive).
+    async fn bounded<T>(&self, call: impl Future<Output = Result<T, ClientError>>) -> Result<T, ClientError> {
+        let timeout = self.config.common.request_timeout;
         match tokio::time::timeout(timeout + Duration::from_secs(1), call).await {
             Ok(outcome) => outcome,
             Err(_) => Err(ClientError::Timeout { operation: "produce", timeout_ms: timeout.as_millis() as u64 }),
@@ -845,8 +935,8 @@ async fn run_sender(inner: Arc<Inner>) {
             next_due = Some(next_expiry.map_or(retry_at, |expiry| expiry.min(retry_at)));
         }
         let (sendable, next_linger) = inner.take_sendable(Instant::now());
-        for (topic_partition, batch, fields) in sendable {
-            tokio::spawn(send_batch(inner.clone(), topic_partition, batch, fields));
+        if !sendable.is_empty() {
+            tokio::spawn(send_round(inner.clone(), sendable));
         }
         let next_due = match (next_due, next_linger) {
             (Some(due), Some(linger)) => Some(due.min(linger)),
@@ -895,10 +985,102 @@ fn sequence_repair(error: &ClientError, fields: ProducerFields) -> SequenceRepai
     }
 }
 
-/// Seals and sends one batch, retrying as the module docs describe.
-async fn send_batch(inner: Arc<Inner>, topic_partition: TopicPartition, batch: Batch, fields: ProducerFields) {
+/// A batch sealed for sending (sequence assigned, compressed, CRC'd).
+struct Sealed {
+    topic_partition: TopicPartition,
+    bytes: Arc<Vec<u8>>,
+    record_count: i32,
+    created: Instant,
+    buffered_bytes: usize,
+    fields: ProducerFields,
+    ack: AckSender,
+}
+
+/// Seals a batch taken by the sender; a batch that cannot be encoded fails its
+/// records at once (nothing was sent: its sequence numbers are given back).
+fn seal(inner: &Inner, topic_partition: TopicPartition, batch: Batch, fields: ProducerFields) -> Option<Sealed> {
     let Batch { writer, created, buffered_bytes, ack, .. } = batch;
-    let Delivered { outcome, repair } = deliver(&inner, &topic_partition, writer, created, fields).await;
+    let record_count = writer.record_count() as i32;
+    match writer.finish(fields, inner.config.compression) {
+        Ok(bytes) => {
+            Some(Sealed { topic_partition, bytes: Arc::new(bytes), record_count, created, buffered_bytes, fields, ack })
+        }
+        Err(error) => {
+            ack.settle(Err(ClientError::InvalidArgument(error.to_string())));
+            let repair = Some(SequenceRepair::GiveBack(fields)).filter(|_| fields.producer_id >= 0);
+            inner.finish_batch(&topic_partition, buffered_bytes, repair);
+            None
+        }
+    }
+}
+
+/// Sends the batches the sender took in one pass: sealed here, then one
+/// `produceMany` per leader. Batches acknowledged at the first attempt are
+/// settled together; the others continue alone ([`send_sealed`]: retries,
+/// splits, sequence repair).
+async fn send_round(inner: Arc<Inner>, sendable: Vec<(TopicPartition, Batch, ProducerFields)>) {
+    let sealed: Vec<Sealed> = sendable
+        .into_iter()
+        .filter_map(|(topic_partition, batch, fields)| seal(&inner, topic_partition, batch, fields))
+        .collect();
+    if sealed.len() == 1 || inner.produce_many_unsupported.load(Ordering::Relaxed) {
+        for batch in sealed {
+            tokio::spawn(send_sealed(inner.clone(), batch, None));
+        }
+        return;
+    }
+    let mut groups: Vec<(Connection, Vec<Sealed>)> = Vec::new();
+    for batch in sealed {
+        let (topic, partition) = &batch.topic_partition;
+        match inner.cluster.leader(topic, *partition).await {
+            Ok(connection) => match groups.iter_mut().find(|(led_by, _)| led_by.same_as(&connection)) {
+                Some((_, group)) => group.push(batch),
+                None => groups.push((connection, vec![batch])),
+            },
+            // The first attempt failed before a request: retried as any failure.
+            Err(error) => drop(tokio::spawn(send_sealed(inner.clone(), batch, Some(Err(error))))),
+        }
+    }
+    let sends = groups.into_iter().map(|(connection, group)| send_group(&inner, connection, group));
+    futures::future::join_all(sends).await;
+}
+
+/// One `produceMany` of batches led by the same broker (a lone batch: its own
+/// `produce`).
+async fn send_group(inner: &Arc<Inner>, connection: Connection, group: Vec<Sealed>) {
+    if group.len() == 1 {
+        group.into_iter().for_each(|batch| drop(tokio::spawn(send_sealed(inner.clone(), batch, None))));
+        return;
+    }
+    let outcomes = match inner.produce_many_once(&connection, &group).await {
+        Ok(Some(outcomes)) => outcomes,
+        Ok(None) => {
+            tracing::info!(broker = connection.address(), "the broker has no produceMany; producing per partition");
+            inner.produce_many_unsupported.store(true, Ordering::Relaxed);
+            group.into_iter().for_each(|batch| drop(tokio::spawn(send_sealed(inner.clone(), batch, None))));
+            return;
+        }
+        Err(error) => group.iter().map(|_| Err(error.clone())).collect(),
+    };
+    let mut finished = Vec::with_capacity(group.len());
+    for (batch, outcome) in group.into_iter().zip(outcomes) {
+        match outcome {
+            Ok(base_offset) => {
+                batch.ack.settle(Ok(Placement::Whole(base_offset)));
+                finished.push((batch.topic_partition, batch.buffered_bytes));
+            }
+            Err(error) => drop(tokio::spawn(send_sealed(inner.clone(), batch, Some(Err(error))))),
+        }
+    }
+    inner.finish_batches(finished.iter().map(|(topic_partition, bytes)| (topic_partition, *bytes, None)));
+}
+
+/// Sends one sealed batch, retrying as the module docs describe; `first` is the
+/// outcome of an attempt already made (in a `produceMany`), if any.
+async fn send_sealed(inner: Arc<Inner>, batch: Sealed, first: Option<Result<i64, ClientError>>) {
+    let Sealed { topic_partition, bytes, record_count, created, buffered_bytes, fields, ack } = batch;
+    let Delivered { outcome, repair } =
+        deliver(&inner, &topic_partition, bytes, record_count, created, fields, first).await;
     ack.settle(outcome);
     inner.finish_batch(&topic_partition, buffered_bytes, repair.filter(|_| fields.producer_id >= 0));
 }
@@ -920,18 +1102,12 @@ struct Delivered {
 async fn deliver(
     inner: &Inner,
     topic_partition: &TopicPartition,
-    writer: BatchWriter,
+    sealed: Arc<Vec<u8>>,
+    record_count: i32,
     created: Instant,
     fields: ProducerFields,
+    mut first: Option<Result<i64, ClientError>>,
 ) -> Delivered {
-    let record_count = writer.record_count() as i32;
-    let sealed = match writer.finish(fields, inner.config.compression) {
-        Ok(bytes) => bytes,
-        Err(error) => {
-            let outcome = Err(ClientError::InvalidArgument(error.to_string()));
-            return Delivered { outcome, repair: Some(SequenceRepair::GiveBack(fields)) };
-        }
-    };
     // (first offset delta, records, bytes, fields, refused records already
     // accounted for in the fields' sequence)
     let mut pending = VecDeque::from([(0i32, record_count, sealed, fields, 0i32)]);
@@ -947,14 +1123,13 @@ async fn deliver(
         }
         if refused_records > accounted && part_fields.producer_id >= 0 {
             part_fields.base_sequence = wrapping_sequence(part_fields.base_sequence, accounted - refused_records);
-            abi::batch::set_base_sequence(&mut bytes, part_fields.base_sequence);
+            abi::batch::set_base_sequence(Arc::make_mut(&mut bytes).as_mut_slice(), part_fields.base_sequence);
         }
-        let bytes = Arc::new(bytes);
-        let (outcome, stored) = deliver_part(inner, topic_partition, &bytes, created, part_fields).await;
+        let (outcome, stored) = deliver_part(inner, topic_partition, &bytes, created, part_fields, first.take()).await;
         match outcome {
             Err(ClientError::Broker { code: ErrorCode::MessageTooLarge, .. }) if count > 1 && !stored => {
                 let halves = split_batch(&bytes, part_fields, inner.config.compression);
-                let [(first, first_fields), (second, second_fields)] = match halves {
+                let [(first_half, first_fields), (second, second_fields)] = match halves {
                     Ok(halves) => halves,
                     Err(error) => {
                         let error = ClientError::InvalidArgument(error.to_string());
@@ -965,8 +1140,14 @@ async fn deliver(
                 };
                 tracing::debug!(topic = %topic_partition.0, records = count, "batch too large for the topic; splitting");
                 let half = count / 2;
-                pending.push_front((first_delta + half, count - half, second, second_fields, refused_records));
-                pending.push_front((first_delta, half, first, first_fields, refused_records));
+                pending.push_front((
+                    first_delta + half,
+                    count - half,
+                    Arc::new(second),
+                    second_fields,
+                    refused_records,
+                ));
+                pending.push_front((first_delta, half, Arc::new(first_half), first_fields, refused_records));
             }
             Ok(base_offset) => parts.push((first_delta, Ok(base_offset))),
             Err(error) if !stored && matches!(sequence_repair(&error, part_fields), SequenceRepair::GiveBack(_)) => {
@@ -1025,20 +1206,25 @@ fn split_batch(
     ])
 }
 
-/// Sends one encoded batch until acknowledged, refused, or out of time; also
-/// says whether an attempt may have stored it.
+/// Sends one encoded batch until acknowledged, refused, or out of time (`first`:
+/// the outcome of an attempt already made); also says whether an attempt may
+/// have stored it.
 async fn deliver_part(
     inner: &Inner,
     topic_partition: &TopicPartition,
     bytes: &Arc<Vec<u8>>,
     created: Instant,
     fields: ProducerFields,
+    mut first: Option<Result<i64, ClientError>>,
 ) -> (Result<i64, ClientError>, bool) {
     let deadline = created + inner.config.delivery_timeout;
     let mut backoff = inner.config.common.retry_backoff;
     let mut maybe_stored = false;
     loop {
-        let attempt = inner.produce_once(topic_partition, bytes).await;
+        let attempt = match first.take() {
+            Some(attempt) => attempt,
+            None => inner.produce_once(topic_partition, bytes).await,
+        };
         if let Err(error) = &attempt {
             maybe_stored |= matches!(sequence_repair(error, fields), SequenceRepair::NewProducerId(_));
         }

@@ -1,7 +1,8 @@
 //! The real server and the real client over TCP: records round-trip in order;
 //! keys pick Kafka's partition; records without a key spread; explicit
 //! partitions, seeks (timestamp, end) and lz4/zstd compression behave as
-//! documented; unknown topics fail `send`.
+//! documented; unknown topics fail `send`; one `produceMany` call appends to
+//! several partitions and answers each on its own.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 use abi::BatchIter;
 use client::partitioner::partition_for_key;
 use client::{Admin, Compression, Consumer, ErrorCode, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord};
-use support::{code_of, consume, fetch_raw, wait_until, Fetch, TestBroker};
+use support::{batch_of, code_of, consume, fetch_raw, produce_many_raw, wait_until, Fetch, TestBroker};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_round_trip_in_order_with_keys_headers_and_offsets() {
@@ -399,4 +400,77 @@ async fn records_fail_after_the_delivery_timeout_while_the_broker_is_down() {
     assert!(matches!(second, Err(client::ClientError::Timeout { .. })), "{second:?}");
     let closed = tokio::time::timeout(Duration::from_secs(20), producer.close()).await;
     assert!(closed.is_ok(), "close returned");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_many_answers_each_partition_in_request_order() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("many", 3)).await.unwrap();
+    let connection = broker.connect().await;
+
+    let answers = produce_many_raw(
+        &connection,
+        vec![
+            ("many", 0, batch_of(1_000, &[b"a", b"b"])),
+            ("many", 1, batch_of(1_000, &[b"c"])),
+            ("missing", 0, batch_of(1_000, &[b"x"])),
+            ("many", 7, batch_of(1_000, &[b"y"])),
+            ("many", 0, batch_of(1_000, &[b"d"])),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(answers.len(), 5);
+    let offsets: Vec<Option<i64>> =
+        answers.iter().map(|answer| answer.as_ref().ok().map(|produced| produced.base_offset)).collect();
+    assert_eq!(offsets, [Some(0), Some(0), None, None, Some(2)], "answers: {answers:?}");
+    for refused in &answers[2..4] {
+        assert_eq!(code_of(refused.clone()), ErrorCode::UnknownTopicOrPartition);
+    }
+    // Entries for one partition were appended in request order; the refused
+    // entries appended nothing anywhere.
+    let values = fetch_raw(&connection, Fetch::at("many", 0, 0)).await.unwrap().values();
+    assert_eq!(values, [(0, b"a".to_vec()), (1, b"b".to_vec()), (2, b"d".to_vec())]);
+    let values = fetch_raw(&connection, Fetch::at("many", 1, 0)).await.unwrap().values();
+    assert_eq!(values, [(0, b"c".to_vec())]);
+    let fetched = fetch_raw(&connection, Fetch::at("many", 2, 0)).await.unwrap();
+    assert_eq!(fetched.high_watermark, 0);
+
+    // An empty call is answered with no entries.
+    assert!(produce_many_raw(&connection, Vec::new()).await.unwrap().is_empty());
+    broker.stop().await;
+}
+
+/// With a linger, the batches of many partitions fall due together and travel in
+/// `produceMany` calls; every record still learns its own partition and offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_of_many_partitions_sent_together_acknowledge_each_record() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("wide", 16)).await.unwrap();
+    let producer =
+        Producer::new(ProducerConfig { linger: Duration::from_millis(20), ..broker.producer_config() }).unwrap();
+    let mut deliveries = Vec::new();
+    for round in 0..20 {
+        for partition in 0..16 {
+            let record = ProducerRecord::new("wide", format!("{partition}-{round}")).partition(partition);
+            deliveries.push(producer.send(record).await.unwrap());
+        }
+    }
+    let mut next_offset = BTreeMap::new();
+    for delivery in deliveries {
+        let metadata = delivery.await.unwrap();
+        let expected = next_offset.entry(metadata.partition).or_insert(0);
+        assert_eq!(metadata.offset, *expected, "partition {}", metadata.partition);
+        *expected += 1;
+    }
+    assert_eq!(next_offset.len(), 16);
+    for partition in 0..16 {
+        let values = fetch_raw(&broker.connect().await, Fetch::at("wide", partition, 0)).await.unwrap().values();
+        let expected: Vec<(i64, Vec<u8>)> =
+            (0..20).map(|round| (round, format!("{partition}-{round}").into_bytes())).collect();
+        assert_eq!(values, expected);
+    }
+    broker.stop().await;
 }

@@ -231,6 +231,49 @@ fn set_committed(
     }
 }
 
+fn wire_acks(acks: Acks) -> node::Acks {
+    match acks {
+        Acks::None => node::Acks::None,
+        Acks::Leader => node::Acks::Leader,
+        Acks::All => node::Acks::All,
+    }
+}
+
+/// One partition's produce (`partition = -1`: placed by the broker).
+async fn produce_one(
+    node: &Node,
+    request: node::ProduceRequest,
+) -> Result<(node::Produced, node::Placements), ApiError> {
+    match request.partition {
+        -1 => node.produce_placed(request).await,
+        _ => node.produce(request).await.map(|produced| (produced, Vec::new())),
+    }
+}
+
+fn set_produce_response(
+    mut response: abi::weir_capnp::produce_response::Builder<'_>,
+    outcome: &Result<(node::Produced, node::Placements), ApiError>,
+) {
+    response.set_log_append_time_ms(-1);
+    match outcome {
+        Ok((produced, placed)) => {
+            response.set_base_offset(produced.base_offset);
+            response.set_log_start_offset(produced.log_start_offset);
+            let mut list = response.init_placed(placed.len() as u32);
+            for (index, (partition, offset)) in placed.iter().enumerate() {
+                let mut entry = list.reborrow().get(index as u32);
+                entry.set_partition(*partition);
+                entry.set_offset(*offset);
+            }
+        }
+        Err(api_error) => {
+            response.set_base_offset(-1);
+            response.set_log_start_offset(-1);
+            set_error(response.init_error(), api_error);
+        }
+    }
+}
+
 fn config_entries(
     reader: capnp::struct_list::Reader<'_, abi::weir_capnp::config_entry::Owned>,
 ) -> Result<Vec<(String, String)>, capnp::Error> {
@@ -311,39 +354,49 @@ impl broker::Server for BrokerService {
             node::ProduceRequest {
                 topic: text(reader.get_topic()?)?,
                 partition: reader.get_partition(),
-                acks: match reader.get_acks()? {
-                    Acks::None => node::Acks::None,
-                    Acks::Leader => node::Acks::Leader,
-                    Acks::All => node::Acks::All,
-                },
+                acks: wire_acks(reader.get_acks()?),
                 timeout_ms: reader.get_timeout_ms(),
                 batches: reader.get_batches()?.to_vec(),
             }
         };
         drop(params);
-        let outcome = match request.partition {
-            -1 => self.node.produce_placed(request).await,
-            _ => self.node.produce(request).await.map(|produced| (produced, Vec::new())),
+        let outcome = produce_one(&self.node, request).await;
+        set_produce_response(results.get().init_response(), &outcome);
+        Ok(())
+    }
+
+    async fn produce_many(
+        self: Rc<Self>,
+        params: broker::ProduceManyParams,
+        mut results: broker::ProduceManyResults,
+    ) -> Result<(), capnp::Error> {
+        let _permit = self.gate.enter()?;
+        let requests = {
+            let reader = params.get()?.get_request()?;
+            let acks = wire_acks(reader.get_acks()?);
+            let timeout_ms = reader.get_timeout_ms();
+            reader
+                .get_partitions()?
+                .iter()
+                .map(|entry| {
+                    Ok(node::ProduceRequest {
+                        topic: text(entry.get_topic()?)?,
+                        partition: entry.get_partition(),
+                        acks,
+                        timeout_ms,
+                        batches: entry.get_batches()?.to_vec(),
+                    })
+                })
+                .collect::<Result<Vec<_>, capnp::Error>>()?
         };
-        let mut response = results.get().init_response();
-        match outcome {
-            Ok((produced, placed)) => {
-                response.set_base_offset(produced.base_offset);
-                response.set_log_start_offset(produced.log_start_offset);
-                response.set_log_append_time_ms(-1);
-                let mut list = response.init_placed(placed.len() as u32);
-                for (index, (partition, offset)) in placed.iter().enumerate() {
-                    let mut entry = list.reborrow().get(index as u32);
-                    entry.set_partition(*partition);
-                    entry.set_offset(*offset);
-                }
-            }
-            Err(api_error) => {
-                response.set_base_offset(-1);
-                response.set_log_start_offset(-1);
-                response.set_log_append_time_ms(-1);
-                set_error(response.init_error(), &api_error);
-            }
+        drop(params);
+        // Polled in request order, so entries for one partition append in that
+        // order (an append happens before the first await that can wait).
+        let outcomes =
+            futures::future::join_all(requests.into_iter().map(|request| produce_one(&self.node, request))).await;
+        let mut list = results.get().init_responses(outcomes.len() as u32);
+        for (index, outcome) in outcomes.iter().enumerate() {
+            set_produce_response(list.reborrow().get(index as u32), outcome);
         }
         Ok(())
     }
@@ -1261,6 +1314,14 @@ impl broker::Server for QuorumOnlyService {
     }
 
     async fn fetch(self: Rc<Self>, _: broker::FetchParams, _: broker::FetchResults) -> Result<(), capnp::Error> {
+        Err(self.starting())
+    }
+
+    async fn produce_many(
+        self: Rc<Self>,
+        _: broker::ProduceManyParams,
+        _: broker::ProduceManyResults,
+    ) -> Result<(), capnp::Error> {
         Err(self.starting())
     }
 

@@ -96,6 +96,18 @@ fn seeds() -> Vec<Seed> {
                 entry.set_max_bytes(1 << 16);
             }
         }),
+        seed::<wire::produce_many_params::Owned>(false, 12, |params| {
+            let mut request = params.init_request();
+            request.set_acks(Acks::Leader);
+            request.set_timeout_ms(50);
+            let mut partitions = request.init_partitions(2);
+            for index in 0..2 {
+                let mut entry = partitions.reborrow().get(index);
+                entry.set_topic("fuzz");
+                entry.set_partition(index as i32);
+                entry.set_batches(&batch(&[b"three"]));
+            }
+        }),
         seed::<wire::group_heartbeat_params::Owned>(false, 7, |params| {
             let mut request = params.init_request();
             request.set_group_id("group");

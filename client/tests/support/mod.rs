@@ -175,6 +175,45 @@ pub async fn produce_raw(
         .await
 }
 
+/// One `produceMany` call with `acks=all`: per entry `(topic, partition,
+/// batches)`, its answer in request order.
+pub async fn produce_many_raw(
+    connection: &Connection,
+    entries: Vec<(&str, i32, Vec<u8>)>,
+) -> Result<Vec<Result<Produced, ClientError>>, ClientError> {
+    let entries: Vec<(String, i32, Vec<u8>)> =
+        entries.into_iter().map(|(topic, partition, batches)| (topic.to_owned(), partition, batches)).collect();
+    let address = connection.address().to_owned();
+    connection
+        .call(move |client: wire::Client| async move {
+            let mut request = client.produce_many_request();
+            let mut builder = request.get().init_request();
+            builder.set_acks(abi::weir_capnp::Acks::All);
+            builder.set_timeout_ms(10_000);
+            let mut list = builder.init_partitions(entries.len() as u32);
+            for (index, (topic, partition, batches)) in entries.iter().enumerate() {
+                let mut entry = list.reborrow().get(index as u32);
+                entry.set_topic(&topic[..]);
+                entry.set_partition(*partition);
+                entry.set_batches(batches);
+            }
+            let response = request.send().promise.await.map_err(|error| rpc_error(&address, error))?;
+            let responses = response.get()?.get_responses()?;
+            let mut answers = Vec::new();
+            for response in responses.iter() {
+                answers.push(match response.has_error() {
+                    true => Err(broker_error(response.get_error()?)),
+                    false => Ok(Produced {
+                        base_offset: response.get_base_offset(),
+                        log_start_offset: response.get_log_start_offset(),
+                    }),
+                });
+            }
+            Ok(answers)
+        })
+        .await
+}
+
 /// The fields of a fetch request.
 #[derive(Clone, Debug)]
 pub struct Fetch {
