@@ -714,30 +714,25 @@ impl Inner {
         buffered_bytes: usize,
         failure: Option<SequenceRepair>,
     ) {
-        {
-            state.buffered_bytes -= buffered_bytes;
-            let same_producer = |fields: &ProducerFields, state: &State| {
-                state.producer == Some((fields.producer_id, fields.producer_epoch))
-            };
-            match failure {
-                Some(SequenceRepair::GiveBack(fields)) if same_producer(&fields, state) => {
-                    if let Some(queue) = state.queues.get_mut(topic_partition) {
-                        queue.next_sequence = fields.base_sequence;
-                    }
+        state.buffered_bytes -= buffered_bytes;
+        let same_producer = |fields: &ProducerFields, state: &State| {
+            state.producer == Some((fields.producer_id, fields.producer_epoch))
+        };
+        match failure {
+            Some(SequenceRepair::GiveBack(fields)) if same_producer(&fields, state) => {
+                if let Some(queue) = state.queues.get_mut(topic_partition) {
+                    queue.next_sequence = fields.base_sequence;
                 }
-                Some(SequenceRepair::NewProducerId(fields)) if same_producer(&fields, state) => {
-                    tracing::warn!(
-                        producer_id = fields.producer_id,
-                        "a batch may or may not be stored; new producer id"
-                    );
-                    state.producer = None;
-                    state.queues.values_mut().for_each(|queue| queue.next_sequence = 0);
-                }
-                _ => {}
             }
-            if let Some(queue) = state.queues.get_mut(topic_partition) {
-                queue.in_flight = false;
+            Some(SequenceRepair::NewProducerId(fields)) if same_producer(&fields, state) => {
+                tracing::warn!(producer_id = fields.producer_id, "a batch may or may not be stored; new producer id");
+                state.producer = None;
+                state.queues.values_mut().for_each(|queue| queue.next_sequence = 0);
             }
+            _ => {}
+        }
+        if let Some(queue) = state.queues.get_mut(topic_partition) {
+            queue.in_flight = false;
         }
     }
 
