@@ -162,7 +162,15 @@ function pack(batch) {
             words[slot + 1] = NULL;
             return;
         }
-        const length = typeof value === 'string' ? data.write(value, position, 'utf8') : value.copy(data, position);
+        let length;
+        if (typeof value === 'string') {
+            length = data.write(value, position, 'utf8');
+        }
+        else {
+            // TypedArray#set copies in place; Buffer#copy makes a view of the source first.
+            data.set(value, position);
+            length = value.length;
+        }
         words[slot] = position;
         words[slot + 1] = length;
         position += length;
@@ -208,6 +216,12 @@ function pack(batch) {
  * start and length in the record's buffer).
  */
 const POLLED_STRIDE = 9;
+/**
+ * How long a consumer keeps taking already-fetched records without letting
+ * the event loop turn (a catch-up read could otherwise run on microtasks
+ * alone, starving timers and I/O).
+ */
+const EVENT_LOOP_TURN_MS = 10;
 function unpack(polled) {
     const { topics, buffers, headerKeys, index, headers, offsets, timestamps } = polled;
     const messages = new Array(offsets.length);
@@ -341,6 +355,8 @@ class Consumer extends events_1.EventEmitter {
     #inHandler = new async_hooks_1.AsyncLocalStorage();
     /** Each `run` call's number: a run stopped while it joined does not start its loop. */
     #runId = 0;
+    /** When the event loop last turned under `#fetch` (`performance.now()`). */
+    #turnedAt = 0;
     /** @internal */
     constructor(brokers, settings, maxWait) {
         super();
@@ -409,8 +425,29 @@ class Consumer extends events_1.EventEmitter {
     async #fetch(maxRecords) {
         await this.#join();
         const consumer = this.#consumer();
+        const ready = await this.#pollReady(consumer, maxRecords);
+        if (ready !== null)
+            return this.#unpacked(consumer, ready, this.#seeks);
         const before = new Map(this.#seeks);
         const fetched = await call(() => consumer.poll(this.#maxWait, maxRecords));
+        this.#turnedAt = performance.now();
+        return this.#unpacked(consumer, fetched, before);
+    }
+    /**
+     * Records the core has fetched already, taken on this thread (no hop to the
+     * core's runtime and back); null when a poll would wait. While records keep
+     * coming this way the event loop is still let through every
+     * `EVENT_LOOP_TURN_MS`, so timers and I/O are not starved by a catch-up.
+     */
+    async #pollReady(consumer, maxRecords) {
+        if (performance.now() - this.#turnedAt >= EVENT_LOOP_TURN_MS) {
+            await new Promise((resolve) => setImmediate(resolve));
+            this.#turnedAt = performance.now();
+        }
+        return sync(() => consumer.pollReady(maxRecords));
+    }
+    /** A poll's messages, minus those of partitions sought since `before` (sought again). */
+    #unpacked(consumer, fetched, before) {
         // A seek made while the poll waited: the records of that partition may be
         // from before it or after it. Seek again to the target and drop them: the
         // partition is read from the target by the next poll either way.

@@ -277,7 +277,14 @@ function pack(batch: ProducerRecord[]): NativeTypes.Outgoing {
       words[slot + 1] = NULL
       return
     }
-    const length = typeof value === 'string' ? data.write(value, position, 'utf8') : value.copy(data, position)
+    let length: number
+    if (typeof value === 'string') {
+      length = data.write(value, position, 'utf8')
+    } else {
+      // TypedArray#set copies in place; Buffer#copy makes a view of the source first.
+      data.set(value, position)
+      length = value.length
+    }
     words[slot] = position
     words[slot + 1] = length
     position += length
@@ -324,6 +331,13 @@ function pack(batch: ProducerRecord[]): NativeTypes.Outgoing {
  * start and length in the record's buffer).
  */
 const POLLED_STRIDE = 9
+
+/**
+ * How long a consumer keeps taking already-fetched records without letting
+ * the event loop turn (a catch-up read could otherwise run on microtasks
+ * alone, starving timers and I/O).
+ */
+const EVENT_LOOP_TURN_MS = 10
 
 function unpack(polled: NativeTypes.Polled): (KafkaMessage & TopicPartition)[] {
   const { topics, buffers, headerKeys, index, headers, offsets, timestamps } = polled
@@ -530,6 +544,8 @@ export class Consumer extends EventEmitter {
   readonly #inHandler = new AsyncLocalStorage<{ active: boolean }>()
   /** Each `run` call's number: a run stopped while it joined does not start its loop. */
   #runId = 0
+  /** When the event loop last turned under `#fetch` (`performance.now()`). */
+  #turnedAt = 0
 
   /** @internal */
   constructor(brokers: string[], settings: Record<string, string>, maxWait: number) {
@@ -602,8 +618,37 @@ export class Consumer extends EventEmitter {
   async #fetch(maxRecords: number): Promise<{ messages: (KafkaMessage & TopicPartition)[]; seeks: Map<string, number> }> {
     await this.#join()
     const consumer = this.#consumer()
+    const ready = await this.#pollReady(consumer, maxRecords)
+    if (ready !== null) return this.#unpacked(consumer, ready, this.#seeks)
     const before = new Map(this.#seeks)
     const fetched = await call(() => consumer.poll(this.#maxWait, maxRecords))
+    this.#turnedAt = performance.now()
+    return this.#unpacked(consumer, fetched, before)
+  }
+
+  /**
+   * Records the core has fetched already, taken on this thread (no hop to the
+   * core's runtime and back); null when a poll would wait. While records keep
+   * coming this way the event loop is still let through every
+   * `EVENT_LOOP_TURN_MS`, so timers and I/O are not starved by a catch-up.
+   */
+  async #pollReady(
+    consumer: InstanceType<Native['NativeConsumer']>,
+    maxRecords: number,
+  ): Promise<NativeTypes.Polled | null> {
+    if (performance.now() - this.#turnedAt >= EVENT_LOOP_TURN_MS) {
+      await new Promise((resolve) => setImmediate(resolve))
+      this.#turnedAt = performance.now()
+    }
+    return sync(() => consumer.pollReady(maxRecords))
+  }
+
+  /** A poll's messages, minus those of partitions sought since `before` (sought again). */
+  #unpacked(
+    consumer: InstanceType<Native['NativeConsumer']>,
+    fetched: NativeTypes.Polled,
+    before: Map<string, number>,
+  ): { messages: (KafkaMessage & TopicPartition)[]; seeks: Map<string, number> } {
     // A seek made while the poll waited: the records of that partition may be
     // from before it or after it. Seek again to the target and drop them: the
     // partition is read from the target by the next poll either way.

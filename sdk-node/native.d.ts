@@ -76,6 +76,12 @@ export declare class NativeConsumer {
   assign(partitions: Array<TopicPartition>): Promise<void>
   /** Records that arrive within `maxWaitMs` (at most `maxRecords`), packed. */
   poll(maxWaitMs: number, maxRecords: number): Promise<Polled>
+  /**
+   * What `poll` would resolve with at once, answered on this thread: the
+   * records already fetched (or an empty set after `wakeup`), and null
+   * when a poll would wait (then `poll` waits off this thread).
+   */
+  pollReady(maxRecords: number): Polled | null
   /** Commits every owned partition's position, or exactly `offsets`. */
   commit(offsets?: Array<TopicPartitionOffset> | undefined | null): Promise<void>
   /** The group's committed offset of a partition (null: none). */

@@ -14,6 +14,7 @@ use std::future::Future;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use client::{ClientError, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata, RecordRef};
 use tokio::sync::{mpsc, oneshot};
 
@@ -28,7 +29,9 @@ use crate::runtime;
 /// records cost one of each per key, value and topic name).
 #[derive(Debug, Default)]
 pub struct Packed {
-    pub data: Vec<u8>,
+    /// What the ranges point into: any owner's bytes (`Bytes::from_owner`),
+    /// so a binding can hand over its own buffer uncopied.
+    pub data: Bytes,
     pub topics: Vec<String>,
     pub records: Vec<PackedRecord>,
     pub headers: Vec<PackedHeader>,

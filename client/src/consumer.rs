@@ -284,18 +284,36 @@ impl Consumer {
             let arrived = self.inner.arrived.notified();
             tokio::pin!(arrived);
             arrived.as_mut().enable();
-            if self.inner.woken.swap(false, std::sync::atomic::Ordering::AcqRel)
-                || self.inner.closed.load(std::sync::atomic::Ordering::Acquire)
-            {
+            if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
                 return Ok(Vec::new());
             }
-            if let Some(outcome) = self.take_records(records_max) {
+            if let Some(outcome) = self.ready(records_max) {
                 return outcome;
             }
             if tokio::time::timeout_at(deadline, arrived).await.is_err() {
                 return Ok(Vec::new());
             }
         }
+    }
+
+    /// What [`Consumer::poll_at_most`] would return without waiting: the
+    /// records already fetched (or a partition's error, or an empty list after
+    /// [`Consumer::wakeup`]), and `None` when it would wait. A binding answers
+    /// a poll with it on its own thread, and goes through the runtime only to
+    /// wait. `None` after [`Consumer::close`].
+    pub fn poll_ready(&self, records_max: usize) -> Option<Result<Vec<ConsumerRecord>, ClientError>> {
+        if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        self.ready(records_max.clamp(1, self.inner.config.poll_records_max))
+    }
+
+    /// An empty list if a wakeup is pending, else what is buffered.
+    fn ready(&self, records_max: usize) -> Option<Result<Vec<ConsumerRecord>, ClientError>> {
+        if self.inner.woken.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            return Some(Ok(Vec::new()));
+        }
+        self.take_records(records_max)
     }
 
     fn take_records(&self, records_max: usize) -> Option<Result<Vec<ConsumerRecord>, ClientError>> {

@@ -187,6 +187,18 @@ impl NativeConsumer {
         promise_try(env, poll, polled)
     }
 
+    /// What `poll` would resolve with at once, answered on this thread: the
+    /// records already fetched (or an empty set after `wakeup`), and null
+    /// when a poll would wait (then `poll` waits off this thread).
+    #[napi]
+    pub fn poll_ready(&self, max_records: u32) -> Result<Option<Polled>> {
+        match self.inner.poll_ready(max_records.max(1) as usize) {
+            Some(Ok(records)) => polled(records).map(Some),
+            Some(Err(error)) => Err(client_err(error)),
+            None => Ok(None),
+        }
+    }
+
     /// Commits every owned partition's position, or exactly `offsets`.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn commit<'env>(

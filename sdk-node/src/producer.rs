@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
+use bytes::Bytes;
+
 use client_ffi::{OrderedProducer, Packed, PackedHeader, PackedRecord, RecordMetadata, NULL_LENGTH};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
@@ -53,9 +55,12 @@ fn range(start: u32, length: u32) -> Result<Option<Range<usize>>> {
     Ok(Some(start as usize..end as usize))
 }
 
-/// The records of `outgoing` as one `Packed` set: its data copied once, the
-/// rest as ranges (no allocation or copy per record).
-fn unpack(outgoing: &Outgoing) -> Result<Packed> {
+/// The records of `outgoing` as one `Packed` set: its data not copied (the
+/// producer reads the JavaScript buffer in place until every record is in a
+/// batch, holding a reference to it), the rest as ranges (no allocation or
+/// copy per record). The buffer is the JavaScript layer's own, made for this
+/// call and never handed to the application, so nothing writes to it meanwhile.
+fn unpack(outgoing: Outgoing) -> Result<Packed> {
     let (index, header_words) = (&outgoing.index[..], &outgoing.headers[..]);
     if index.len() % OUTGOING_STRIDE != 0 || header_words.len() % 4 != 0 {
         return Err(invalid("an index of the wrong length"));
@@ -88,7 +93,7 @@ fn unpack(outgoing: &Outgoing) -> Result<Packed> {
         })
         .collect::<Result<Vec<_>>>()?;
     // `send_packed` validates the ranges and positions (once, refusing the call).
-    Ok(Packed { data: outgoing.data.to_vec(), topics: outgoing.topics.clone(), records, headers })
+    Ok(Packed { data: Bytes::from_owner(outgoing.data), topics: outgoing.topics, records, headers })
 }
 
 fn sent(landed: Vec<RecordMetadata>) -> Sent {
@@ -121,7 +126,7 @@ impl NativeProducer {
     /// are not sent).
     #[napi(ts_return_type = "Promise<Sent>")]
     pub fn send<'env>(&self, env: &'env Env, records: Outgoing) -> Result<PromiseRaw<'env, Sent>> {
-        let outcomes = self.inner.send_packed(unpack(&records)?).map_err(to_js)?;
+        let outcomes = self.inner.send_packed(unpack(records)?).map_err(to_js)?;
         // Rejects with the first refusal; records after it were not sent.
         let settled = async move { outcomes.await.into_iter().collect::<std::result::Result<Vec<_>, _>>() };
         promise(env, settled, sent)
