@@ -2,7 +2,8 @@
 //! keys pick Kafka's partition; records without a key spread; explicit
 //! partitions, seeks (timestamp, end) and lz4/zstd compression behave as
 //! documented; unknown topics fail `send`; one `produceMany` call appends to
-//! several partitions and answers each on its own.
+//! several partitions and answers each on its own; `poll_ready` answers from
+//! what is fetched without waiting.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,7 +15,7 @@ use std::time::Duration;
 use abi::BatchIter;
 use client::partitioner::partition_for_key;
 use client::{Admin, Compression, Consumer, ErrorCode, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord};
-use support::{batch_of, code_of, consume, fetch_raw, produce_many_raw, wait_until, Fetch, TestBroker};
+use support::{batch_of, code_of, consume, fetch_raw, produce_many_raw, produce_raw, wait_until, Fetch, TestBroker};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_round_trip_in_order_with_keys_headers_and_offsets() {
@@ -472,5 +473,40 @@ async fn batches_of_many_partitions_sent_together_acknowledge_each_record() {
             (0..20).map(|round| (round, format!("{partition}-{round}").into_bytes())).collect();
         assert_eq!(values, expected);
     }
+    broker.stop().await;
+}
+
+/// `poll_ready` (what bindings answer a poll with on their own thread) gives
+/// what is already fetched without waiting, `None` when a poll would wait, an
+/// empty list after a wakeup, and `None` once closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_ready_answers_from_what_is_fetched_and_never_waits() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("ready", 1)).await.unwrap();
+    let connection = broker.connect().await;
+    let values: Vec<Vec<u8>> = (0..10).map(|index| format!("v{index}").into_bytes()).collect();
+    let borrowed: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    // One batch: the consumer fetches all ten in one answer.
+    produce_raw(&connection, "ready", 0, batch_of(1_000, &borrowed)).await.unwrap();
+
+    let consumer = Consumer::new(broker.consumer_config()).unwrap();
+    consumer.assign(&[("ready".to_owned(), 0)]).await.unwrap();
+    consumer.seek_all(Offset::Beginning).unwrap();
+    consumer.wakeup();
+    assert!(consumer.poll_ready(100).unwrap().unwrap().is_empty(), "a pending wakeup answers empty");
+
+    let first = consumer.poll_at_most(Duration::from_secs(30), 3).await.unwrap();
+    assert_eq!(first.iter().map(|record| record.offset).collect::<Vec<_>>(), [0, 1, 2]);
+    // The other seven came in the same answer: taken at once, in order.
+    let rest = consumer.poll_ready(100).expect("buffered records are ready").unwrap();
+    assert_eq!(rest.iter().map(|record| record.offset).collect::<Vec<_>>(), (3..10).collect::<Vec<_>>());
+    assert_eq!(rest[6].value.as_deref(), Some(&b"v9"[..]));
+    assert!(consumer.poll_ready(100).is_none(), "nothing fetched: a poll would wait");
+    assert_eq!(consumer.position("ready", 0), Some(10));
+
+    consumer.close().await;
+    assert!(consumer.poll_ready(100).is_none(), "a closed consumer has nothing ready");
     broker.stop().await;
 }
