@@ -46,6 +46,7 @@ use crate::config::{ConsumerConfig, OffsetReset};
 use crate::connection::Connection;
 use crate::error::{broker_error, ClientError};
 use crate::record::ConsumerRecord;
+use crate::recycle::Recycler;
 
 type TopicPartition = (Arc<str>, i32);
 
@@ -87,6 +88,8 @@ pub(crate) struct Inner {
     /// `Consumer::wakeup` was called: the next (or the waiting) poll returns
     /// at once, empty.
     woken: std::sync::atomic::AtomicBool,
+    /// Fetched answers are copied into buffers earlier answers gave back.
+    recycler: Arc<Recycler>,
 }
 
 #[derive(Debug, Default)]
@@ -170,6 +173,7 @@ impl Consumer {
             wake: Notify::new(),
             closed: std::sync::atomic::AtomicBool::new(false),
             woken: std::sync::atomic::AtomicBool::new(false),
+            recycler: Arc::default(),
         };
         Consumer { inner: Arc::new(inner), membership: Mutex::new(None) }
     }
@@ -813,6 +817,7 @@ async fn fetch_many(inner: &Inner, connection: Connection, plans: Vec<Planned>) 
         (config.fetch_bytes_max, config.fetch_total_bytes_max, config.fetch_min_bytes);
     let max_wait_ms = config.fetch_max_wait.as_millis().min(u32::MAX as u128) as u32;
     let group_id = config.group_id.clone().unwrap_or_default();
+    let recycler = inner.recycler.clone();
     let call = connection.call(move |client: broker::Client| async move {
         let mut request = client.fetch_many_request();
         let mut builder = request.get().init_request();
@@ -837,7 +842,7 @@ async fn fetch_many(inner: &Inner, connection: Connection, plans: Vec<Planned>) 
         for answer in answers.iter() {
             out.push(match answer.has_error() {
                 true => Err(broker_error(answer.get_error()?)),
-                false => Ok((Bytes::copy_from_slice(answer.get_batches()?), answer.get_high_watermark())),
+                false => Ok((recycler.copy(answer.get_batches()?), answer.get_high_watermark())),
             });
         }
         Ok(out)

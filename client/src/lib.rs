@@ -55,6 +55,7 @@ pub mod partitioner {
 pub mod plugins;
 pub mod producer;
 pub mod record;
+mod recycle;
 mod wasm_partitioner;
 
 pub use abi::batch::{BatchBuilder, Compression, RecordBatch};
