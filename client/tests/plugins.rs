@@ -120,6 +120,14 @@ async fn uploads_are_validated_and_listed() {
     assert!(!described.state_reason.is_empty(), "{described:?}");
     let logs = admin.plugin_logs("broken").await.unwrap();
     assert!(logs.iter().any(|line| line.level == "error" && line.message.contains("did not compile")), "{logs:?}");
+    // Uploading the same bytes again compiles them again (a compile may fail
+    // for want of memory); these fail again, and say so again.
+    let again = admin.upload_plugin("broken", "", uncompilable("json_validator")).await.unwrap();
+    assert_eq!(again.digest, broken.digest);
+    let failed = admin.wait_plugin_compiled("broken", Duration::from_secs(600), |_| {}).await;
+    assert_eq!(code_of(failed), ErrorCode::InvalidPlugin);
+    let logs = admin.plugin_logs("broken").await.unwrap();
+    assert!(logs.iter().any(|line| line.message.contains("again (it did not compile")), "{logs:?}");
     admin.create_topic(NewTopic::new("events", 1)).await.unwrap();
     let attached = admin.attach_plugin(attach("events", "produce-interceptor", "broken", &[], "")).await;
     assert_eq!(code_of(attached), ErrorCode::InvalidPlugin);
@@ -677,6 +685,37 @@ async fn pipelined_produces_through_an_interceptor_append_in_order() {
     broker.stop().await;
 }
 
+/// A produce interceptor whose whole batch needs longer than one call's CPU
+/// budget — 5,000 records at about 12 µs each, some 60 ms, against the
+/// default 10 ms — is run over it in parts: the produce is accepted whole, the
+/// plugin log says the batch was split, and the next batch starts at the size
+/// that fit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interceptor_batch_longer_than_its_budget_runs_in_parts() {
+    let temp = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(temp.path()).await;
+    let admin = Admin::new(broker.common()).unwrap();
+    admin.create_topic(NewTopic::new("heavy", 1)).await.unwrap();
+    admin.upload_plugin("heavy", "produce-interceptor", wasm("noop_interceptor")).await.unwrap();
+    let config = [("iterations_per_record", "24000")];
+    admin.attach_plugin(attach("heavy", "produce-interceptor", "heavy", &config, "")).await.unwrap();
+    const RECORDS: usize = 5_000;
+    let values: Vec<Vec<u8>> = (0..RECORDS).map(|index| index.to_string().into_bytes()).collect();
+    let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    let connection = broker.connect().await;
+    for round in 0..2 {
+        let produced = support::produce_raw(&connection, "heavy", 0, support::batch_of(1_000, &refs)).await.unwrap();
+        assert_eq!(produced.base_offset, (round * RECORDS) as i64);
+    }
+    let stored = read_all(&broker, &[("heavy", 1)], 2 * RECORDS).await;
+    let stored: Vec<&[u8]> = stored.iter().map(|record| record.value.as_deref().unwrap_or_default()).collect();
+    assert_eq!(stored, [refs.clone(), refs].concat(), "every record once, in order");
+    let logs = admin.plugin_logs("heavy").await.unwrap();
+    let splits: Vec<_> = logs.iter().filter(|line| line.message.contains("at a time")).collect();
+    assert!(!splits.is_empty(), "the batch was split: {logs:?}");
+    broker.stop().await;
+}
+
 /// A transform whose whole batch needs longer than one call's CPU budget —
 /// 5,000 records at about 12 µs each, some 60 ms, against the default 10 ms —
 /// runs it in smaller parts and moves on: every record is emitted once, in
@@ -792,6 +831,16 @@ async fn python_and_javascript_plugins_run_end_to_end_on_default_settings() {
     let emitted: Vec<Vec<u8>> =
         outputs.iter().map(|record| record.value.clone().unwrap_or_default().to_vec()).collect();
     assert_eq!(emitted, expected, "the stored input, reversed, once each and in order");
+
+    // The Python interceptor over that 5,000-record batch: several times its
+    // default budget for one call, so the host runs it in parts and joins
+    // their verdicts (a drop and replacements in every part).
+    let upper = crate::values(&broker, "names", None, 3 + RECORDS).await;
+    let mut expected: Vec<String> = ["ADA", "GRACE", "LINUS"].map(str::to_owned).into();
+    expected.extend((0..RECORDS).map(|index| format!("RECORD-{index}")));
+    assert_eq!(upper, expected, "every record through the interceptor, in order");
+    let logs = admin.plugin_logs("upper").await.unwrap();
+    assert!(logs.iter().any(|line| line.message.contains("at a time")), "the batch was split: {logs:?}");
     broker.stop().await;
 }
 

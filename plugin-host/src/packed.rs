@@ -145,6 +145,47 @@ impl PackedBatch {
         ]);
     }
 
+    /// The batch in parts of at most `records_max` records, in order, each on
+    /// this batch's base offset and timestamp (so every delta still fits).
+    pub fn parts(&self, records_max: usize) -> Result<Vec<PackedBatch>, String> {
+        let records = self.records()?;
+        let parts = records
+            .chunks(records_max.max(1))
+            .map(|part| {
+                let mut packed = PackedBatch::new(self.base_offset, self.base_timestamp_ms);
+                for record in part {
+                    packed.push(
+                        record.offset_delta,
+                        record.timestamp_ms,
+                        record.key,
+                        record.value,
+                        record.headers.iter().copied(),
+                    );
+                }
+                packed
+            })
+            .collect();
+        Ok(parts)
+    }
+
+    /// Appends every record of `other`, a batch on the same base offset and
+    /// timestamp (a part of the same batch, or a rewrite of one).
+    pub fn extend_from(&mut self, other: &PackedBatch) -> Result<(), String> {
+        if (other.base_offset, other.base_timestamp_ms) != (self.base_offset, self.base_timestamp_ms) {
+            return Err("joining batches on different bases".to_owned());
+        }
+        for record in other.records()? {
+            self.push(
+                record.offset_delta,
+                record.timestamp_ms,
+                record.key,
+                record.value,
+                record.headers.iter().copied(),
+            );
+        }
+        Ok(())
+    }
+
     /// Every record, checked: whole index entries, spans inside the arena,
     /// well-formed headers. The way to read a batch a plugin returned.
     pub fn records(&self) -> Result<Vec<PackedRecord<'_>>, String> {
@@ -197,5 +238,22 @@ mod tests {
         let mut bad = batch;
         bad.index[5] += 1;
         assert!(bad.records().is_err(), "headers running into the next record's bytes");
+    }
+
+    #[test]
+    fn parts_join_back_into_the_batch() {
+        let mut batch = PackedBatch::new(7, 1_000);
+        for delta in 0..5u32 {
+            batch.push(delta, 1_000 + i64::from(delta), Some(b"k"), None, [("h", Some(&b"v"[..]))]);
+        }
+        let parts = batch.parts(2).unwrap();
+        assert_eq!(parts.iter().map(PackedBatch::len).collect::<Vec<_>>(), vec![2, 2, 1]);
+        let mut joined = PackedBatch::new(7, 1_000);
+        for part in &parts {
+            joined.extend_from(part).unwrap();
+        }
+        assert_eq!(joined, batch);
+        assert_eq!(batch.parts(10).unwrap(), vec![batch.clone()]);
+        assert!(joined.extend_from(&PackedBatch::new(8, 1_000)).is_err());
     }
 }

@@ -24,6 +24,7 @@
 //! drops its instance and exits.
 
 use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
@@ -85,6 +86,10 @@ pub struct PluginPool {
     lanes: Mutex<Vec<Option<SyncSender<Job>>>>,
     /// The instance `init`ed at attach, until lane 0 takes it.
     first: Mutex<Option<Plugin>>,
+    /// How many records one call may be given (the size that last fit a
+    /// call's budget; see `plugins::call_in_parts`), `usize::MAX` until a
+    /// call ran out of it.
+    records_per_call: AtomicUsize,
 }
 
 impl std::fmt::Debug for PluginPool {
@@ -109,7 +114,17 @@ impl PluginPool {
             limits: PoolLimits { lanes_max, calls_queued_max: limits.calls_queued_max.max(1) },
             lanes: Mutex::new(vec![None; lanes_max]),
             first: Mutex::new(Some(first)),
+            records_per_call: AtomicUsize::new(usize::MAX),
         }
+    }
+
+    /// How many records one call may be given (see the field).
+    pub fn records_per_call(&self) -> usize {
+        self.records_per_call.load(Ordering::Relaxed)
+    }
+
+    pub fn set_records_per_call(&self, records: usize) {
+        self.records_per_call.store(records.max(1), Ordering::Relaxed);
     }
 
     pub fn log(&self) -> &Arc<PluginLog> {

@@ -6,9 +6,12 @@
 //!   a component exporting one hook world, the hook it was uploaded as, only
 //!   imports the host provides), which takes milliseconds. The bytes go to
 //!   `<sha256>.wasm` and compile on a thread of their own (seconds for a
-//!   Python or JavaScript component): the upload answers at once, and the
+//!   Python or JavaScript component), one compile at a time in upload order
+//!   (a compile already uses every core): the upload answers at once, and the
 //!   plugin's state (`compiling`, `ready`, `failed` with the reason) is in its
 //!   summary. Attaching a plugin or deploying a transform waits for its code.
+//!   A failed compile stays failed until the same bytes are uploaded again,
+//!   which compiles them again (a compile that ran out of memory, say).
 //!   The compiled artifact is cached next to the bytes (`<sha256>.cwasm`, only
 //!   ever written by this broker) so a restart does not recompile.
 //! - An attachment runs `init(config)` when made (a refused configuration fails
@@ -287,6 +290,9 @@ pub struct StoredUpload {
     pub digest: String,
     pub hook: &'static str,
     pub size_bytes: u64,
+    /// Why these bytes did not compile before this upload, which compiles
+    /// them again.
+    pub retried: Option<String>,
 }
 
 #[derive(Default)]
@@ -322,6 +328,8 @@ pub struct Plugins {
     compiling: Mutex<BTreeMap<String, Option<String>>>,
     /// Bumped each time a background compile ends.
     compiles: tokio::sync::watch::Sender<u64>,
+    /// Digests waiting for the compile thread, in the order they came.
+    compile_queue: Mutex<CompileQueue>,
     /// One [`Plugins::follow`] at a time.
     following: Mutex<()>,
     /// Digests stored by uploads not registered yet: never deleted as unused.
@@ -381,6 +389,7 @@ impl Plugins {
             compiled: Mutex::default(),
             compiling: Mutex::default(),
             compiles: tokio::sync::watch::Sender::new(0),
+            compile_queue: Mutex::default(),
             following: Mutex::new(()),
             pinned: Mutex::default(),
         })
@@ -471,16 +480,52 @@ impl Plugins {
             }
         }
         compiling.insert(digest.to_owned(), None);
-        let plugins = self.clone();
-        let owned = digest.to_owned();
-        let thread = std::thread::Builder::new()
-            .name("weir-plugin-compile".to_owned())
-            .spawn(move || plugins.compile_stored(owned, wasm_path));
-        if let Err(error) = thread {
+        if let Err(error) = self.queue_compile(digest) {
             compiling.remove(digest);
-            return Err(storage("start a compile thread", error));
+            return Err(error);
         }
         Ok(Loaded::Compiling)
+    }
+
+    /// Queues `digest` for the compile thread, starting the thread if none
+    /// runs. One compile at a time: wasmtime compiles a component's functions
+    /// in parallel already, so compiles side by side would only share the
+    /// cores (and hold their memory at once) and finish all of them later.
+    fn queue_compile(self: &Arc<Self>, digest: &str) -> Result<(), PluginsError> {
+        let mut queue = lock(&self.compile_queue);
+        queue.waiting.push_back(digest.to_owned());
+        if queue.running {
+            return Ok(());
+        }
+        let plugins = self.clone();
+        let thread =
+            std::thread::Builder::new().name("weir-plugin-compile".to_owned()).spawn(move || plugins.compile_queued());
+        match thread {
+            Ok(_) => {
+                queue.running = true;
+                Ok(())
+            }
+            Err(error) => {
+                queue.waiting.pop_back();
+                Err(storage("start a compile thread", error))
+            }
+        }
+    }
+
+    /// The compile thread: compiles what is queued, in order, and ends when
+    /// nothing is.
+    fn compile_queued(&self) {
+        loop {
+            let next = {
+                let mut queue = lock(&self.compile_queue);
+                let next = queue.waiting.pop_front();
+                queue.running = next.is_some();
+                next
+            };
+            let Some(digest) = next else { return };
+            let wasm_path = self.dir.join(format!("{digest}.wasm"));
+            self.compile_stored(digest, wasm_path);
+        }
     }
 
     /// Compiles the stored bytes of `digest` (on a compile thread) and caches
@@ -546,6 +591,11 @@ impl Plugins {
         }
         let digest = inspected.digest;
         *lock(&self.pinned).entry(digest.clone()).or_default() += 1;
+        // Uploading bytes whose compile failed compiles them again.
+        let retried = lock(&self.compiling).get(&digest).cloned().flatten();
+        if retried.is_some() {
+            forget_failure(&mut lock(&self.compiling), &digest);
+        }
         let wasm_path = self.dir.join(format!("{digest}.wasm"));
         let written = match self.environment.storage.exists(&wasm_path) {
             true => Ok(()),
@@ -557,7 +607,7 @@ impl Plugins {
         }
         // Compiling starts now, while the name is registered.
         self.load(&digest)?;
-        Ok(StoredUpload { digest, hook: inspected.kind.name(), size_bytes: wasm.len() as u64 })
+        Ok(StoredUpload { digest, hook: inspected.kind.name(), size_bytes: wasm.len() as u64, retried })
     }
 
     /// Ends the pin of one [`Plugins::store`].
@@ -593,8 +643,12 @@ impl Plugins {
                 .map_err(|error| storage("store the plugin", error))?;
         }
         self.cache(&compiled);
-        let stored =
-            StoredUpload { digest: digest.clone(), hook: compiled.kind().name(), size_bytes: wasm.len() as u64 };
+        let stored = StoredUpload {
+            digest: digest.clone(),
+            hook: compiled.kind().name(),
+            size_bytes: wasm.len() as u64,
+            retried: None,
+        };
         lock(&self.compiled).insert(digest, Arc::new(compiled));
         Ok(stored)
     }
@@ -824,6 +878,9 @@ impl Plugins {
     pub fn note_upload(&self, name: &str, upload: &StoredUpload) {
         if let Some((log, _)) = lock(&self.state).logs.get(name) {
             log.push("info", format!("host: uploaded {} ({} bytes) to this broker", upload.digest, upload.size_bytes));
+            if let Some(reason) = &upload.retried {
+                log.push("info", format!("host: compiling {} again (it did not compile: {reason})", upload.digest));
+            }
         }
     }
 
@@ -1039,7 +1096,7 @@ impl Plugins {
             let mut rewritten: Option<RecordBatch> = None;
             for (plugin, policy, runner) in &interceptors {
                 let owned_topic = topic.to_owned();
-                let (outcome, input) = call(runner, partition, packed, move |instance, packed| {
+                let (outcome, input) = call_in_parts(runner, partition, packed, move |instance, packed| {
                     instance.on_produce(&owned_topic, partition as u32, packed)
                 })
                 .await
@@ -1127,7 +1184,7 @@ impl Plugins {
                     break;
                 }
                 let (owned_topic, owned_group) = (topic.to_owned(), group.map(str::to_owned));
-                let (outcome, input) = call(runner, partition, packed, move |instance, packed| {
+                let (outcome, input) = call_in_parts(runner, partition, packed, move |instance, packed| {
                     instance.on_consume(&owned_topic, partition as u32, owned_group.as_deref(), packed)
                 })
                 .await
@@ -1197,7 +1254,151 @@ async fn call<T: Send + 'static>(
     }
 }
 
+/// One interceptor call over `packed` on `runner`'s lane for `partition`. A
+/// call that runs out of its budget is split in halves (down to single
+/// records) that run in turn, and their verdicts are joined into one for the
+/// batch; the part size that fit is where the next batches start (it doubles
+/// again after a batch that needed no split). So an interceptor that needs
+/// longer than one call's budget for a whole batch (an interpreted plugin over
+/// thousands of records) still answers it, as transforms do; only a single
+/// record that cannot fit the budget fails the call.
+async fn call_in_parts<T: Joined>(
+    runner: &Option<Arc<PluginPool>>,
+    partition: i32,
+    whole: PackedBatch,
+    work: impl Fn(&mut Plugin, &mut PackedBatch) -> Result<T, PluginError> + Clone + Send + 'static,
+) -> Called<T, PackedBatch> {
+    let Some(pool) = runner else { return call(runner, partition, whole, work).await };
+    let key = partition as u32;
+    let mut size = pool.records_per_call();
+    let mut whole = whole;
+    if whole.len() <= size {
+        let (outcome, back) = pool.call(key, whole, work.clone()).await?;
+        whole = back;
+        match outcome {
+            Err(PluginError::Deadline { .. }) if whole.len() > 1 => size = whole.len().div_ceil(2),
+            outcome => return Ok((outcome, whole)),
+        }
+        note_split(pool, whole.len(), size);
+    }
+    let bad = |error: String| PluginError::BadOutput(format!("splitting a batch: {error}"));
+    let mut pending: std::collections::VecDeque<PackedBatch> = match whole.parts(size) {
+        Ok(parts) => parts.into(),
+        Err(error) => return Ok((Err(bad(error)), whole)),
+    };
+    let mut answered = Vec::new();
+    let mut was_split = false;
+    while let Some(part) = pending.pop_front() {
+        let (outcome, part) = pool.call(key, part, work.clone()).await?;
+        match outcome {
+            Ok(verdict) => {
+                let settled = verdict.settles_batch();
+                answered.push((part, verdict));
+                if settled {
+                    break;
+                }
+            }
+            Err(PluginError::Deadline { .. }) if part.len() > 1 => {
+                let half = part.len().div_ceil(2);
+                note_split(pool, part.len(), half);
+                was_split = true;
+                match part.parts(half) {
+                    Ok(halves) => halves.into_iter().rev().for_each(|half| pending.push_front(half)),
+                    Err(error) => return Ok((Err(bad(error)), whole)),
+                }
+            }
+            Err(error) => return Ok((Err(error), whole)),
+        }
+    }
+    if !was_split {
+        pool.set_records_per_call(size.saturating_mul(2));
+    }
+    let joined = T::join(&whole, answered).map_err(bad);
+    Ok((joined, whole))
+}
+
+/// Remembers that `records` records ran out of a call's budget, so calls take
+/// `fit` at most; the plugin's log says so when the size shrinks.
+fn note_split(pool: &PluginPool, records: usize, fit: usize) {
+    if fit < pool.records_per_call() {
+        let message = format!("host: {records} records ran out of the call's budget; running them {fit} at a time");
+        pool.log().push("warn", message);
+    }
+    pool.set_records_per_call(fit);
+}
+
+/// An interceptor's verdict on a batch that ran in parts, joined into its
+/// verdict on the whole.
+trait Joined: Sized + Send + 'static {
+    /// `parts`: each part's input and its verdict, in order, from the first
+    /// record of `whole` on (all of them, unless one settled the batch).
+    fn join(whole: &PackedBatch, parts: Vec<(PackedBatch, Self)>) -> Result<Self, String>;
+
+    /// Whether this verdict decides the whole batch (the other parts need
+    /// not run).
+    fn settles_batch(&self) -> bool {
+        false
+    }
+}
+
+impl Joined for ProduceOutcome {
+    /// A rejection of any part refuses the batch (its record indices counted
+    /// from the batch's first record); otherwise every part's records, as
+    /// rewritten or as they came, make the batch.
+    fn join(whole: &PackedBatch, parts: Vec<(PackedBatch, Self)>) -> Result<Self, String> {
+        let mut first = 0;
+        for (part, verdict) in &parts {
+            if let ProduceOutcome::Reject(reasons) = verdict {
+                let reasons = reasons.iter().map(|(index, reason)| (first + index, reason.clone())).collect();
+                return Ok(ProduceOutcome::Reject(reasons));
+            }
+            first += part.len();
+        }
+        if parts.iter().all(|(_, verdict)| *verdict == ProduceOutcome::Accept) {
+            return Ok(ProduceOutcome::Accept);
+        }
+        let mut joined = PackedBatch::new(whole.base_offset, whole.base_timestamp_ms);
+        for (part, verdict) in &parts {
+            joined.extend_from(match verdict {
+                ProduceOutcome::Rewrite(records) => records,
+                _ => part,
+            })?;
+        }
+        Ok(ProduceOutcome::Rewrite(joined))
+    }
+
+    fn settles_batch(&self) -> bool {
+        matches!(self, ProduceOutcome::Reject(_))
+    }
+}
+
+impl Joined for ConsumeOutcome {
+    /// Every part's records, as rewritten (dropped ones missing) or as they
+    /// came.
+    fn join(whole: &PackedBatch, parts: Vec<(PackedBatch, Self)>) -> Result<Self, String> {
+        if parts.iter().all(|(_, verdict)| *verdict == ConsumeOutcome::Accept) {
+            return Ok(ConsumeOutcome::Accept);
+        }
+        let mut joined = PackedBatch::new(whole.base_offset, whole.base_timestamp_ms);
+        for (part, verdict) in &parts {
+            joined.extend_from(match verdict {
+                ConsumeOutcome::Rewrite(records) => records,
+                ConsumeOutcome::Accept => part,
+            })?;
+        }
+        Ok(ConsumeOutcome::Rewrite(joined))
+    }
+}
+
 /// The outcome of a call whose input the caller no longer needs.
+/// Digests waiting for the compile thread (see [`Plugins::queue_compile`]).
+#[derive(Default)]
+struct CompileQueue {
+    waiting: std::collections::VecDeque<String>,
+    /// Whether the compile thread runs (it ends when `waiting` is empty).
+    running: bool,
+}
+
 /// What [`Plugins::load`] found.
 enum Loaded {
     Ready(Arc<CompiledPlugin>),
@@ -1357,6 +1558,64 @@ mod tests {
     use super::*;
 
     const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+    /// A packed batch on base offset 100 of `values` (offset deltas 0..).
+    fn packed(values: &[&str]) -> PackedBatch {
+        let mut batch = PackedBatch::new(100, 5_000);
+        for (delta, value) in values.iter().enumerate() {
+            batch.push(delta as u32, 5_000, None, Some(value.as_bytes()), []);
+        }
+        batch
+    }
+
+    fn values_of(batch: &PackedBatch) -> Vec<(u32, String)> {
+        let records = batch.records().unwrap();
+        records
+            .iter()
+            .map(|record| (record.offset_delta, String::from_utf8_lossy(record.value.unwrap()).into()))
+            .collect()
+    }
+
+    #[test]
+    fn verdicts_on_parts_join_into_the_verdict_on_the_batch() {
+        let whole = packed(&["a", "b", "c", "d", "e"]);
+        let parts = whole.parts(2).unwrap();
+        let part = |index: usize| parts[index].clone();
+        let accepted = vec![(part(0), ProduceOutcome::Accept), (part(1), ProduceOutcome::Accept)];
+        assert_eq!(ProduceOutcome::join(&whole, accepted).unwrap(), ProduceOutcome::Accept);
+
+        // A rejection's record index counts from the batch's first record.
+        let rejected =
+            vec![(part(0), ProduceOutcome::Accept), (part(1), ProduceOutcome::Reject(vec![(1, "no".into())]))];
+        assert_eq!(ProduceOutcome::join(&whole, rejected).unwrap(), ProduceOutcome::Reject(vec![(3, "no".into())]));
+        assert!(ProduceOutcome::Reject(Vec::new()).settles_batch());
+
+        // A rewrite of one part keeps the other parts' records as they came.
+        let mut upper = PackedBatch::new(100, 5_000);
+        upper.push(2, 5_000, None, Some(b"C"), []);
+        upper.push(3, 5_000, None, Some(b"D"), []);
+        let rewritten = vec![
+            (part(0), ProduceOutcome::Accept),
+            (part(1), ProduceOutcome::Rewrite(upper)),
+            (part(2), ProduceOutcome::Accept),
+        ];
+        let ProduceOutcome::Rewrite(joined) = ProduceOutcome::join(&whole, rewritten).unwrap() else { panic!() };
+        let expected =
+            [(0, "a"), (1, "b"), (2, "C"), (3, "D"), (4, "e")].map(|(delta, value)| (delta, value.to_owned()));
+        assert_eq!(values_of(&joined), expected);
+
+        // Dropped records of a consume rewrite stay out.
+        let mut kept = PackedBatch::new(100, 5_000);
+        kept.push(1, 5_000, None, Some(b"B"), []);
+        let consumed = vec![
+            (part(0), ConsumeOutcome::Rewrite(kept)),
+            (part(1), ConsumeOutcome::Accept),
+            (part(2), ConsumeOutcome::Accept),
+        ];
+        let ConsumeOutcome::Rewrite(joined) = ConsumeOutcome::join(&whole, consumed).unwrap() else { panic!() };
+        let expected = [(1, "B"), (2, "c"), (3, "d"), (4, "e")].map(|(delta, value)| (delta, value.to_owned()));
+        assert_eq!(values_of(&joined), expected);
+    }
 
     fn encoded(base_timestamp: i64, timestamps: &[i64]) -> Vec<u8> {
         let mut builder = BatchBuilder::new(base_timestamp);

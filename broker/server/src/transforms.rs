@@ -1283,28 +1283,11 @@ fn dead_letter(
     Ok(TransformOutcome { topic_index: vec![index; records.len()], records: letter })
 }
 
-/// `batch` in parts of at most `records_max` records, in order, each on the
-/// batch's own base offset and timestamp (so every delta still fits).
+/// `batch` in parts of at most `records_max` records (see
+/// [`PackedBatch::parts`]); the batch itself when it fits.
 fn split(batch: PackedBatch, records_max: usize) -> Result<Vec<PackedBatch>, TransformsError> {
     if batch.len() <= records_max {
         return Ok(vec![batch]);
     }
-    let records = batch.records().map_err(|error| TransformsError::Corrupt(error.to_string()))?;
-    let parts = records
-        .chunks(records_max.max(1))
-        .map(|part| {
-            let mut packed = PackedBatch::new(batch.base_offset, batch.base_timestamp_ms);
-            for record in part {
-                packed.push(
-                    record.offset_delta,
-                    record.timestamp_ms,
-                    record.key,
-                    record.value,
-                    record.headers.iter().copied(),
-                );
-            }
-            packed
-        })
-        .collect();
-    Ok(parts)
+    batch.parts(records_max).map_err(TransformsError::Corrupt)
 }

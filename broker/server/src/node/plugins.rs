@@ -72,7 +72,8 @@ impl Node {
     }
 
     /// The plugin `name` when it already runs exactly the bytes of `digest` as
-    /// `hook` (empty: any): uploading them again changes nothing.
+    /// `hook` (empty: any): uploading them again changes nothing. Bytes that
+    /// did not compile are taken again: storing them compiles them again.
     fn already_uploaded(&self, name: &str, hook: &str, digest: &str) -> Option<PluginSummary> {
         let registered = self.controller.read(|image| {
             image
@@ -83,7 +84,7 @@ impl Node {
         if !registered {
             return None;
         }
-        self.plugins.summary(name).filter(|summary| summary.digest == digest)
+        self.plugins.summary(name).filter(|summary| summary.digest == digest && summary.state != "failed")
     }
 
     /// Starts an upload in chunks (see [`uploads`]): its id, or the plugin
