@@ -24,10 +24,11 @@ use crate::server::Launch;
 #[derive(Debug, clap::Args)]
 pub struct IsolationArgs {
     /// Rounds (each: the probe with the hammer off and on).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 9)]
     rounds: u32,
-    /// Records the probe sends per measurement, one at a time.
-    #[arg(long, default_value_t = 2000)]
+    /// Records the probe sends per measurement, one at a time (10,000: the
+    /// p99 is then the 100th-slowest, not one of a handful of outliers).
+    #[arg(long, default_value_t = 10_000)]
     probe_records: u32,
     /// Producers hammering each hostile topic.
     #[arg(long, default_value_t = 8)]
