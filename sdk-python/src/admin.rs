@@ -1,9 +1,10 @@
-//! `weir._native.Admin`: topics and consumer groups. Results are plain tuples;
-//! the Python layer wraps them in dataclasses.
+//! `weir._native.Admin`: topics, consumer groups, plugins and transforms.
+//! Results are plain tuples; the Python layer wraps them in dataclasses.
 
 use std::collections::HashMap;
 
 use client::Offset;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::{block, to_py_err};
@@ -19,6 +20,10 @@ type OffsetRow = (String, i32, i64, String, i64);
 type GroupRow = (String, String, i32, String, Vec<MemberRow>, Vec<OffsetRow>);
 /// (topic, partition, committed, log end offset, lag, owner).
 type LagRow = (String, i32, Option<i64>, i64, Option<i64>, Option<String>);
+/// (partition, next offset, lag (-1 unknown), processed, emitted, dead-lettered).
+type TransformPartitionRow = (i32, i64, i64, u64, u64, u64);
+/// (name, plugin, input topic, output topics, dead-letter topic, state, partitions).
+type TransformRow = (String, String, String, Vec<String>, Option<String>, String, Vec<TransformPartitionRow>);
 
 #[pyclass(module = "weir._native")]
 pub(crate) struct Admin {
@@ -197,6 +202,78 @@ impl Admin {
         let admin = self.inner.clone();
         block(py, async move { admin.detach_plugin(&topic, &hook, &plugin).await })
     }
+
+    /// Deploys a transform: `start` is -2 (earliest), -1 (latest) or an offset.
+    #[pyo3(signature = (name, plugin, input_topic, output_topics, start, config=None, dead_letter_topic=None))]
+    #[allow(clippy::too_many_arguments)] // mirrors the deployment's fields
+    fn deploy_transform(
+        &self,
+        py: Python<'_>,
+        name: String,
+        plugin: String,
+        input_topic: String,
+        output_topics: Vec<String>,
+        start: i64,
+        config: Option<HashMap<String, String>>,
+        dead_letter_topic: Option<String>,
+    ) -> PyResult<()> {
+        let admin = self.inner.clone();
+        let spec = client::TransformSpec {
+            name,
+            plugin,
+            input_topic,
+            output_topics,
+            start: transform_offset(start)?,
+            config: config.unwrap_or_default().into_iter().collect(),
+            dead_letter_topic,
+        };
+        block(py, async move { admin.deploy_transform(spec).await })
+    }
+
+    /// Every deployed transform with its progress per input partition (see `TransformRow`).
+    fn list_transforms(&self, py: Python<'_>) -> PyResult<Vec<TransformRow>> {
+        let admin = self.inner.clone();
+        Ok(block(py, async move { admin.list_transforms().await })?.into_iter().map(transform_row).collect())
+    }
+
+    /// `pause`, `resume`, `delete`, or `replay` from `offset` (-2 earliest, -1 latest).
+    #[pyo3(signature = (name, action, offset=client::TRANSFORM_EARLIEST))]
+    fn control_transform(&self, py: Python<'_>, name: String, action: String, offset: i64) -> PyResult<()> {
+        let admin = self.inner.clone();
+        let offset = transform_offset(offset)?;
+        block(py, async move { admin.control_transform(&name, &action, offset).await })
+    }
+}
+
+/// A transform's start or replay offset: -2 (earliest), -1 (latest) or an offset.
+fn transform_offset(offset: i64) -> PyResult<i64> {
+    match offset >= client::TRANSFORM_EARLIEST {
+        true => Ok(offset),
+        false => Err(PyValueError::new_err(format!(
+            "a transform offset is -2 (earliest), -1 (latest) or an offset >= 0, not {offset}"
+        ))),
+    }
+}
+
+fn transform_row(transform: client::TransformStatus) -> TransformRow {
+    let partitions = transform
+        .partitions
+        .into_iter()
+        .map(|partition| {
+            let client::TransformPartition { partition, next_offset, lag, processed, emitted, dead_lettered } =
+                partition;
+            (partition, next_offset, lag, processed, emitted, dead_lettered)
+        })
+        .collect();
+    (
+        transform.name,
+        transform.plugin,
+        transform.input_topic,
+        transform.output_topics,
+        transform.dead_letter_topic,
+        transform.state,
+        partitions,
+    )
 }
 
 /// (name, hook, digest, size bytes, uploaded ms, calls, errors, traps, busy ns,

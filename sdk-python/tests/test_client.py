@@ -256,3 +256,70 @@ def test_errors_have_their_code_names_and_an_admin_closes_like_the_others():
         pass
     with pytest.raises(RuntimeError, match="closed"):
         admin.list_topics()
+
+
+def _read(broker, topic, count, timeout=20.0):
+    """The first ``count`` records of partition 0 of ``topic`` (fewer if they do not come in time)."""
+    with weir.Consumer(broker) as consumer:
+        consumer.assign([(topic, 0)])
+        consumer.seek(topic, 0, "beginning")
+        received = []
+        deadline = time.monotonic() + timeout
+        while len(received) < count and time.monotonic() < deadline:
+            received.extend(consumer.poll_batch(0.5))
+        return received[:count]
+
+
+def _transform_when(admin, name, ready, what, timeout=20.0):
+    """Lists transforms until ``name``'s description satisfies ``ready``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = next((transform for transform in admin.list_transforms() if transform.name == name), None)
+        if status is not None and ready(status):
+            return status
+        assert time.monotonic() < deadline, f"{what}: last seen {status}"
+        time.sleep(0.1)
+
+
+def test_transforms_from_python_copy_dead_letter_and_are_controlled(broker):
+    admin = weir.Admin(broker)
+    admin.create_topics([weir.NewTopic(topic) for topic in ("dl-raw", "dl-clean", "dl-letters")])
+    uploaded = admin.upload_plugin("picky", str(PLUGINS / "identity_transform.wasm"), hook="transform")
+    assert uploaded.state in ("compiling", "ready"), uploaded.state
+    with weir.Producer(broker) as producer:
+        producer.produce_many("dl-raw", [b"ok-1", b"bad", b"ok-2"]).wait()
+
+    for start, error in (("beginning", ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="'earliest', 'latest' or an offset"):
+            admin.deploy_transform("picky", "picky", "dl-raw", ["dl-clean"], start=start)
+    assert admin.list_transforms() == [], "a bad start deploys nothing"
+
+    admin.deploy_transform("picky", "picky", "dl-raw", ["dl-clean"], start="earliest", config={"fail_on": "bad"},
+                           dead_letter_topic="dl-letters")
+    assert [message.value for message in _read(broker, "dl-clean", 2)] == [b"ok-1", b"ok-2"]
+    [letter] = _read(broker, "dl-letters", 1)
+    assert letter.value == b"bad" and dict(letter.headers)["weir.dlq.offset"] == b"1"
+    status = _transform_when(admin, "picky", lambda t: t.partitions[0].dead_lettered == 1, "the dead letter counted")
+    assert (status.plugin, status.input_topic, status.output_topics, status.dead_letter_topic) == (
+        "picky", "dl-raw", ["dl-clean"], "dl-letters")
+    assert status.partitions == [weir.TransformPartition(partition=0, next_offset=3, lag=0, processed=3, emitted=2,
+                                                         dead_lettered=1)]
+
+    admin.pause_transform("picky")
+    _transform_when(admin, "picky", lambda t: t.state == "paused", "paused")
+    with weir.Producer(broker) as producer:
+        producer.produce("dl-raw", b"ok-3").result(timeout=10)
+    admin.resume_transform("picky")
+    assert [message.value for message in _read(broker, "dl-clean", 3)] == [b"ok-1", b"ok-2", b"ok-3"], "caught up"
+    _transform_when(admin, "picky", lambda t: t.state == "running" and t.partitions[0].processed == 4, "resumed")
+
+    with pytest.raises(ValueError, match="not 'first'"):
+        admin.replay_transform("picky", "first")
+    admin.replay_transform("picky", 3)  # a new run over ok-3 only: it is produced again
+    assert [message.value for message in _read(broker, "dl-clean", 4)][3:] == [b"ok-3"]
+
+    admin.delete_transform("picky")
+    assert admin.list_transforms() == []
+    assert admin.watermarks("dl-clean", 0) == (0, 4), "the outputs stay"
+    with pytest.raises(weir.WeirError):
+        admin.pause_transform("picky")

@@ -48,6 +48,8 @@ __all__ = [
     "Producer",
     "RecordMetadata",
     "TopicDescription",
+    "TransformDescription",
+    "TransformPartition",
     "WeirError",
     "partition_for_key",
     "wait_all",
@@ -535,6 +537,68 @@ class PluginDescription:
     state_reason: str = ""
 
 
+@dataclass(frozen=True)
+class TransformPartition:
+    """A transform's progress on one partition of its input topic. The counters
+    run since the deployment (a replay counts again) and survive restarts."""
+
+    partition: int
+    #: The next input offset the transform processes.
+    next_offset: int
+    #: Input high watermark minus ``next_offset``; ``None`` when unknown.
+    lag: Optional[int]
+    #: Input records processed.
+    processed: int
+    #: Output records produced.
+    emitted: int
+    #: Input records sent to the dead-letter topic.
+    dead_lettered: int
+
+
+@dataclass(frozen=True)
+class TransformDescription:
+    """A deployed transform (see :meth:`Admin.deploy_transform`) and its
+    progress per input partition."""
+
+    name: str
+    plugin: str
+    input_topic: str
+    output_topics: list[str]
+    #: Where records the plugin fails on for good go; ``None``: they hold their partition.
+    dead_letter_topic: Optional[str]
+    #: ``running``, ``paused``, ``starting``, or ``retrying: <why>``.
+    state: str
+    partitions: list[TransformPartition]
+
+
+#: Where a transform starts, or replays from: ``"earliest"`` (each input
+#: partition's first record), ``"latest"`` (new records only) or an offset.
+TransformStart = Union[str, int]
+
+_TRANSFORM_STARTS = {"earliest": -2, "latest": -1}
+
+
+def _transform_offset(start: TransformStart) -> int:
+    """The core's number for ``start`` (-2 earliest, -1 latest, or the offset)."""
+    if isinstance(start, str):
+        if start not in _TRANSFORM_STARTS:
+            raise ValueError(f"start is 'earliest', 'latest' or an offset >= 0, not {start!r}")
+        return _TRANSFORM_STARTS[start]
+    if isinstance(start, bool) or not isinstance(start, int):
+        raise TypeError(f"start is 'earliest', 'latest' or an offset >= 0, not {type(start).__name__} {start!r}")
+    if start < 0:
+        raise ValueError(f"start is 'earliest', 'latest' or an offset >= 0, not {start}")
+    return start
+
+
+def _transform(row) -> TransformDescription:
+    name, plugin, input_topic, output_topics, dead_letter_topic, state, partitions = row
+    return TransformDescription(
+        name, plugin, input_topic, output_topics, dead_letter_topic, state,
+        [TransformPartition(partition, next_offset, None if lag < 0 else lag, processed, emitted, dead_lettered)
+         for partition, next_offset, lag, processed, emitted, dead_lettered in partitions])
+
+
 class _ClosedAdmin:
     """Stands in for the native admin after :meth:`Admin.close`."""
 
@@ -543,7 +607,7 @@ class _ClosedAdmin:
 
 
 class Admin:
-    """Topics, consumer groups and plugins.
+    """Topics, consumer groups, plugins and transforms.
 
         with weir.Admin("127.0.0.1:9292") as admin:
             admin.create_topics([weir.NewTopic("orders", num_partitions=6, config={"retention.ms": "86400000"})])
@@ -651,3 +715,42 @@ class Admin:
         others when they refresh the topic's metadata)."""
         self._native.attach_plugin(topic, "partitioner", plugin,
                                    {key: str(value) for key, value in (config or {}).items()}, "")
+
+    def deploy_transform(self, name: str, plugin: str, input_topic: str, output_topics: Sequence[str],
+                         start: TransformStart = "earliest", config: Optional[Mapping[str, object]] = None,
+                         dead_letter_topic: Optional[str] = None) -> None:
+        """Deploys a transform: the broker runs the ``transform`` plugin
+        ``plugin`` over every committed record of ``input_topic`` and produces
+        what it emits to ``output_topics`` (1 to 8; the plugin picks one per
+        record), exactly once.
+
+        ``start`` is ``"earliest"``, ``"latest"`` (new records only) or an
+        offset of every input partition; anything else is a ``ValueError``
+        (``TypeError`` for a non-number). The plugin's ``init(config)`` runs
+        first and may refuse. Records the plugin fails on for good (a trap, bad
+        output, its own non-retryable error) go to ``dead_letter_topic``
+        unchanged, with ``weir.dlq.*`` headers, when it is set; otherwise such a
+        record holds its partition (state ``retrying: <why>``)."""
+        self._native.deploy_transform(name, plugin, input_topic, list(output_topics), _transform_offset(start),
+                                      {key: str(value) for key, value in (config or {}).items()}, dead_letter_topic)
+
+    def list_transforms(self) -> list[TransformDescription]:
+        """Every deployed transform, with its progress per input partition."""
+        return [_transform(row) for row in self._native.list_transforms()]
+
+    def pause_transform(self, name: str) -> None:
+        """Holds a transform's input back (its checkpoint stays where it is)."""
+        self._native.control_transform(name, "pause")
+
+    def resume_transform(self, name: str) -> None:
+        """Lets a paused transform catch up from where it stopped."""
+        self._native.control_transform(name, "resume")
+
+    def replay_transform(self, name: str, start: TransformStart = "earliest") -> None:
+        """Processes the input again from ``start`` (as in :meth:`deploy_transform`):
+        a new run, so outputs are produced again."""
+        self._native.control_transform(name, "replay", _transform_offset(start))
+
+    def delete_transform(self, name: str) -> None:
+        """Stops and deletes a transform; its output topics and their records stay."""
+        self._native.control_transform(name, "delete")

@@ -11,7 +11,11 @@ def partition_for_key(key: bytes, partition_count: int) -> int: ...
 
 Metadata = tuple[str, int, int, int]
 Partitions = list[tuple[str, int]]
-PluginRow = tuple[str, str, str, int, int, int, int, int, int, list[str]]
+PluginRow = tuple[str, str, str, int, int, int, int, int, int, list[str], str, str]
+# (partition, next offset, lag (-1 unknown), processed, emitted, dead-lettered)
+TransformPartitionRow = tuple[int, int, int, int, int, int]
+# (name, plugin, input topic, output topics, dead-letter topic, state, partitions)
+TransformRow = tuple[str, str, str, list[str], Optional[str], str, list[TransformPartitionRow]]
 
 class CompletionQueue:
     def __init__(self) -> None: ...
@@ -147,6 +151,18 @@ class Admin:
         failure_policy: str = "",
     ) -> None: ...
     def detach_plugin(self, topic: str, hook: str, plugin: str) -> None: ...
+    def deploy_transform(
+        self,
+        name: str,
+        plugin: str,
+        input_topic: str,
+        output_topics: list[str],
+        start: int,
+        config: Optional[dict[str, str]] = None,
+        dead_letter_topic: Optional[str] = None,
+    ) -> None: ...
+    def list_transforms(self) -> list[TransformRow]: ...
+    def control_transform(self, name: str, action: str, offset: int = -2) -> None: ...
 
 # One subclass of WeirError per ErrorCode (abi/src/error_code.rs).
 class UnknownServerError(WeirError): ...
