@@ -31,6 +31,8 @@ pub struct Server {
     /// What clients bootstrap from: `host:port`, comma-separated for a cluster.
     pub address: String,
     members: Vec<Member>,
+    /// Where its members keep their data (one directory for a cluster's).
+    data_dir: PathBuf,
 }
 
 /// One process of a [`Server`].
@@ -88,7 +90,7 @@ impl Launch {
         let mut command = Command::new(weir_bin);
         command.arg("serve").arg("--data-dir").arg(&data).arg("--listen").arg(&address).env("RUST_LOG", "warn");
         let (child, log_path) = self.spawn("weir", &mut command)?;
-        Ok(Server::single("weir", address, child, log_path))
+        Ok(Server::single("weir", address, child, log_path, data))
     }
 
     /// A NATS server with JetStream on file storage; `sync_always` sets
@@ -107,7 +109,7 @@ impl Launch {
         let mut command = Command::new(nats_bin);
         command.arg("-c").arg(&config_path);
         let (child, log_path) = self.spawn(name, &mut command)?;
-        Ok(Server::single(name, format!("127.0.0.1:{port}"), child, log_path))
+        Ok(Server::single(name, format!("127.0.0.1:{port}"), child, log_path, store))
     }
 
     /// A Weir cluster of `size` brokers (`--node-id` 1..=size), every one a
@@ -132,7 +134,7 @@ impl Launch {
             let (child, log_path) = self.spawn(&format!("weir-cluster-{id}"), &mut command)?;
             members.push(Member { address, child, log_path });
         }
-        Ok(Server::cluster("weir-cluster", members))
+        Ok(Server::cluster("weir-cluster", members, data))
     }
 
     /// A single-node Kafka (combined broker + controller, KRaft) from the jars in
@@ -155,7 +157,7 @@ impl Launch {
         let mut command = kafka_java(kafka_home, template);
         command.arg("kafka.Kafka").arg(&properties_path);
         let (child, log_path) = self.spawn("kafka", &mut command)?;
-        Ok(Server::single("kafka", format!("127.0.0.1:{port}"), child, log_path))
+        Ok(Server::single("kafka", format!("127.0.0.1:{port}"), child, log_path, logs))
     }
 
     /// A Kafka cluster of `size` KRaft combined-mode JVMs (broker + controller,
@@ -195,7 +197,7 @@ impl Launch {
             let (child, log_path) = self.spawn(&format!("kafka-cluster-{}", index + 1), &mut command)?;
             members.push(Member { address: format!("127.0.0.1:{}", client_ports[index]), child, log_path });
         }
-        Ok(Server::cluster("kafka-cluster", members))
+        Ok(Server::cluster("kafka-cluster", members, data))
     }
 }
 
@@ -329,13 +331,48 @@ fn free_ports(count: usize) -> anyhow::Result<Vec<u16>> {
 }
 
 impl Server {
-    fn single(name: &str, address: String, child: Child, log_path: PathBuf) -> Server {
-        Server { name: name.into(), address: address.clone(), members: vec![Member { address, child, log_path }] }
+    fn single(name: &str, address: String, child: Child, log_path: PathBuf, data_dir: PathBuf) -> Server {
+        let members = vec![Member { address: address.clone(), child, log_path }];
+        Server { name: name.into(), address, members, data_dir }
     }
 
-    fn cluster(name: &str, members: Vec<Member>) -> Server {
+    fn cluster(name: &str, members: Vec<Member>, data_dir: PathBuf) -> Server {
         let address = members.iter().map(|member| member.address.as_str()).collect::<Vec<_>>().join(",");
-        Server { name: name.into(), address, members }
+        Server { name: name.into(), address, members, data_dir }
+    }
+
+    /// Drops the server's data files from the page cache (`sync` first: only
+    /// clean pages are dropped), so the next read of them comes from the
+    /// disk, as after a restart or on a machine whose cache other work took.
+    /// Per file with `posix_fadvise(DONTNEED)`, which needs no privileges
+    /// (dropping every cache through `/proc/sys/vm/drop_caches` needs root).
+    /// Returns the bytes of the files.
+    pub fn evict_page_cache(&self) -> anyhow::Result<u64> {
+        // SAFETY: sync(2) has no preconditions.
+        unsafe { libc::sync() };
+        let mut bytes = 0;
+        let mut dirs = vec![self.data_dir.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in fs::read_dir(&dir).with_context(|| format!("read {}", dir.display()))? {
+                let entry = entry?;
+                let kind = entry.file_type()?;
+                if kind.is_dir() {
+                    dirs.push(entry.path());
+                    continue;
+                }
+                if !kind.is_file() {
+                    continue;
+                }
+                // A file deleted meanwhile (a segment rolled away) is skipped.
+                let Ok(file) = fs::File::open(entry.path()) else { continue };
+                bytes += file.metadata()?.len();
+                use std::os::fd::AsRawFd;
+                // SAFETY: a valid open descriptor; offset 0 and length 0 mean the whole file.
+                let status = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+                anyhow::ensure!(status == 0, "posix_fadvise {}: error {status}", entry.path().display());
+            }
+        }
+        Ok(bytes)
     }
 
     /// The client address of each member (one for a single server).

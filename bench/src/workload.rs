@@ -10,7 +10,8 @@
 //! - fixed rate: the same, paced to a total rate; each payload carries its send
 //!   time so a consumer running alongside measures end-to-end latency.
 //! - round trip: one record in flight, linger 0.
-//! - catch-up: fill a topic (not measured), `sync`, then read it all from offset 0.
+//! - catch-up: fill a topic (not measured), `sync`, then read it all from offset 0;
+//!   cold, the same with the server's files dropped from the page cache first.
 //!
 //! The server's CPU seconds are sampled at the window's edges, its peak RSS over
 //! the whole workload.
@@ -50,10 +51,12 @@ pub enum WorkloadId {
     Replicated,
     /// 8. Plugin overhead: max ingest with a no-op interceptor / identity transform (Weir only).
     PluginOverhead,
+    /// 9. Catch-up read as 5, with the server's files dropped from the page cache before reading.
+    CatchUpCold,
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 8] = [
+    pub const ALL: [WorkloadId; 9] = [
         WorkloadId::MaxIngest,
         WorkloadId::FixedRate,
         WorkloadId::SmallRecords,
@@ -62,6 +65,7 @@ impl WorkloadId {
         WorkloadId::RoundTrip,
         WorkloadId::Replicated,
         WorkloadId::PluginOverhead,
+        WorkloadId::CatchUpCold,
     ];
 
     pub fn number(self) -> u8 {
@@ -78,6 +82,7 @@ impl WorkloadId {
             WorkloadId::RoundTrip => "round-trip",
             WorkloadId::Replicated => "replicated",
             WorkloadId::PluginOverhead => "plugin-overhead",
+            WorkloadId::CatchUpCold => "catch-up-cold",
         }
     }
 
@@ -93,6 +98,9 @@ impl WorkloadId {
                 "Three brokers, RF=3, min.insync.replicas=2, acks=all, 16 partitions, 1 KiB, one producer"
             }
             WorkloadId::PluginOverhead => "Plugin overhead: max ingest with a no-op interceptor / identity transform",
+            WorkloadId::CatchUpCold => {
+                "Catch-up read from offset 0, 16 partitions, 1 KiB, cold (the server's files dropped from the page cache)"
+            }
         }
     }
 
@@ -100,7 +108,7 @@ impl WorkloadId {
     pub fn durabilities(self) -> &'static [Durability] {
         match self {
             WorkloadId::DurableIngest => &[Durability::Fsync],
-            WorkloadId::CatchUp | WorkloadId::PluginOverhead => &[Durability::PageCache],
+            WorkloadId::CatchUp | WorkloadId::CatchUpCold | WorkloadId::PluginOverhead => &[Durability::PageCache],
             _ => &[Durability::PageCache, Durability::Fsync],
         }
     }
@@ -218,7 +226,8 @@ pub async fn run(
         }
         WorkloadId::FixedRate => fixed_rate(topic, target, settings).await?,
         WorkloadId::RoundTrip => round_trip(topic, target, settings).await?,
-        WorkloadId::CatchUp => catch_up(topic, target, settings).await?,
+        WorkloadId::CatchUp => catch_up(topic, target, settings, false).await?,
+        WorkloadId::CatchUpCold => catch_up(topic, target, settings, true).await?,
     };
     measurement.server_peak_rss_bytes = target.server.peak_rss_bytes()?;
     Ok(measurement)
@@ -544,8 +553,14 @@ async fn round_trip(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
 }
 
 /// Fills the topic (page cache, max rate, not measured), syncs, then reads it all
-/// from offset 0 with one consumer.
-async fn catch_up(topic: &TopicSpec, target: Target<'_>, settings: &Settings) -> anyhow::Result<Measurement> {
+/// from offset 0 with one consumer; `cold`, with the server's files dropped from
+/// the page cache before the read.
+async fn catch_up(
+    topic: &TopicSpec,
+    target: Target<'_>,
+    settings: &Settings,
+    cold: bool,
+) -> anyhow::Result<Measurement> {
     let record_bytes = WorkloadId::CatchUp.record_bytes();
     let records = settings.catch_up_bytes.div_ceil(record_bytes as u64);
     let spec = producer_spec(WorkloadId::CatchUp, topic.durability, Duration::from_millis(5));
@@ -565,6 +580,9 @@ async fn catch_up(topic: &TopicSpec, target: Target<'_>, settings: &Settings) ->
     drop(publisher);
     // SAFETY: sync(2) has no preconditions.
     unsafe { libc::sync() };
+    if cold {
+        target.server.evict_page_cache()?;
+    }
 
     // Timed from creating the consumer (clients that prefetch start reading at
     // once) to the last record; over a 1 GiB read, connecting is noise.
@@ -639,7 +657,8 @@ mod tests {
     #[test]
     fn workload_numbers_follow_the_bench_list() {
         let numbers: Vec<u8> = WorkloadId::ALL.iter().map(|id| id.number()).collect();
-        assert_eq!(numbers, [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(numbers, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(WorkloadId::CatchUpCold.durabilities(), &[Durability::PageCache]);
         assert_eq!(WorkloadId::DurableIngest.durabilities(), &[Durability::Fsync]);
         assert_eq!(WorkloadId::SmallRecords.record_bytes(), 100);
         assert_eq!(WorkloadId::Replicated.durabilities(), &[Durability::PageCache, Durability::Fsync]);
