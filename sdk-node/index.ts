@@ -620,6 +620,9 @@ export class Consumer extends EventEmitter {
     const consumer = this.#consumer()
     const ready = await this.#pollReady(consumer, maxRecords)
     if (ready !== null) return this.#unpacked(consumer, ready, this.#seeks)
+    // Disconnected while the event loop turned: its wakeup found no poll
+    // waiting, so this one would wait out `maxWaitTimeInMs`.
+    if (this.#closed) return { messages: [], seeks: this.#seeks }
     const before = new Map(this.#seeks)
     const fetched = await call(() => consumer.poll(this.#maxWait, maxRecords))
     this.#turnedAt = performance.now()
