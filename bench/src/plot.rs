@@ -11,7 +11,7 @@ use plotters::prelude::*;
 
 use crate::driver::Durability;
 use crate::report::Report;
-use crate::workload::{Headline, WorkloadId};
+use crate::workload::{Headline, ScaleAxis, WorkloadId};
 
 const COLORS: [RGBColor; 8] = [
     RGBColor(0x1f, 0x77, 0xb4),
@@ -45,6 +45,12 @@ pub fn draw_all(report: &Report, dir: &Path, prefix: &str) -> anyhow::Result<Vec
     if throughput(report, &dir.join(&name))? {
         files.push(name);
     }
+    for axis in ScaleAxis::BOTH {
+        let name = format!("{prefix}-scale-{}.png", axis.slug());
+        if scale_curve(report, axis, &dir.join(&name))? {
+            files.push(name);
+        }
+    }
     for workload in [WorkloadId::FixedRate, WorkloadId::RoundTrip] {
         for durability in workload.durabilities() {
             let name = format!("{prefix}-latency-{}-{}.png", workload.slug(), durability_slug(*durability));
@@ -68,7 +74,9 @@ fn throughput(report: &Report, path: &Path) -> anyhow::Result<bool> {
     let summaries = report.summaries();
     let systems = report.systems();
     let mut groups: Vec<(String, Vec<(String, f64)>)> = Vec::new();
-    for workload in WorkloadId::ALL.into_iter().filter(|w| w.headline() == Headline::Throughput) {
+    // The scale points have plots of their own (max ingest stays here too).
+    let bars = WorkloadId::ALL.into_iter().filter(|w| !WorkloadId::SCALE.contains(w));
+    for workload in bars.filter(|w| w.headline() == Headline::Throughput) {
         for durability in workload.durabilities() {
             let bars: Vec<(String, f64)> = systems
                 .iter()
@@ -139,6 +147,83 @@ fn throughput(report: &Report, path: &Path) -> anyhow::Result<bool> {
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    root.present().with_context(|| format!("write {}", path.display()))?;
+    Ok(true)
+}
+
+/// Throughput (solid) and send→ack p99 (dashed, right log axis) of every system
+/// along one scale axis, from max ingest and the scale points that ran; false
+/// when no system has two points on it.
+fn scale_curve(report: &Report, axis: ScaleAxis, path: &Path) -> anyhow::Result<bool> {
+    let summaries = report.summaries();
+    let systems = report.systems();
+    // Per system: (x, MB/s, p99 µs) in x order.
+    type Curve = (String, Vec<(f64, f64, f64)>);
+    let mut curves: Vec<Curve> = Vec::new();
+    for system in &systems {
+        let mut points: Vec<(f64, f64, f64)> = WorkloadId::ALL
+            .into_iter()
+            .filter_map(|workload| {
+                let (_, x) = workload.scale_point()?.into_iter().find(|(on, _)| *on == axis)?;
+                let summary = summaries.get(&(workload, Durability::PageCache, system.clone()))?;
+                (summary.rounds > 0 && summary.mb_per_second > 0.0)
+                    .then(|| (f64::from(x), summary.mb_per_second, summary.p99_us.unwrap_or(0.0)))
+            })
+            .collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if points.len() >= 2 {
+            curves.push((system.clone(), points));
+        }
+    }
+    if curves.is_empty() {
+        return Ok(false);
+    }
+    let all = || curves.iter().flat_map(|(_, points)| points.iter());
+    let (x_low, x_high) = all().fold((f64::MAX, 1.0f64), |(low, high), point| (low.min(point.0), high.max(point.0)));
+    let mb_high = all().fold(1.0f64, |high, point| high.max(point.1));
+    let p99_high = all().fold(1.0f64, |high, point| high.max(point.2));
+    let p99_low = all().map(|point| point.2).filter(|p99| *p99 > 0.0).fold(p99_high, f64::min);
+    let root = BitMapBackend::new(path, (1100, 650)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("Max ingest (page cache, 1 KiB) by {} — {}", axis.label(), report.date), ("sans-serif", 24))
+        .margin(20)
+        .x_label_area_size(60)
+        .y_label_area_size(70)
+        .right_y_label_area_size(80)
+        .build_cartesian_2d((x_low / 1.5..x_high * 1.5).log_scale(), 0f64..mb_high * 1.25)?
+        .set_secondary_coord((x_low / 1.5..x_high * 1.5).log_scale(), (p99_low / 2.0..p99_high * 2.0).log_scale());
+    chart
+        .configure_mesh()
+        .x_desc(axis.label())
+        .y_desc("MB/s (solid)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .draw()?;
+    chart
+        .configure_secondary_axes()
+        .y_desc("send→ack p99, µs (dashed, log scale)")
+        .y_label_formatter(&|us| format!("{us:.0}"))
+        .draw()?;
+    for (system, points) in &curves {
+        let color = color_of(&systems, system);
+        chart
+            .draw_series(LineSeries::new(points.iter().map(|p| (p.0, p.1)), color.stroke_width(3)))?
+            .label(system.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(3)));
+        chart.draw_series(points.iter().map(|p| Circle::new((p.0, p.1), 4, color.filled())))?;
+        chart.draw_secondary_series(DashedLineSeries::new(
+            points.iter().map(|p| (p.0, p.2)),
+            6,
+            4,
+            color.stroke_width(2),
+        ))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()?;

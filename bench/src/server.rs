@@ -87,8 +87,20 @@ impl Launch {
         let port = free_port()?;
         let data = self.data_dir("weir-data")?;
         let address = format!("127.0.0.1:{port}");
+        // Defaults, but for the partitions of one topic: the partition scale
+        // curve goes to 2,048 (the default allows 1,000).
+        let config_path = self.work_dir.join("weir.toml");
+        fs::write(&config_path, "[limits]\ntopic_partitions_max = 4096\n")?;
         let mut command = Command::new(weir_bin);
-        command.arg("serve").arg("--data-dir").arg(&data).arg("--listen").arg(&address).env("RUST_LOG", "warn");
+        command
+            .arg("serve")
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--listen")
+            .arg(&address);
+        command.env("RUST_LOG", "warn");
         let (child, log_path) = self.spawn("weir", &mut command)?;
         Ok(Server::single("weir", address, child, log_path, data))
     }

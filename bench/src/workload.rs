@@ -53,10 +53,51 @@ pub enum WorkloadId {
     PluginOverhead,
     /// 9. Catch-up read as 5, with the server's files dropped from the page cache before reading.
     CatchUpCold,
+    /// 10-12. Scale: max ingest as 1 with 1, 256 or 2,048 partitions (the
+    /// partition curve, with 1's 16). Run only when named.
+    #[value(name = "partitions-1")]
+    ScalePartitions1,
+    #[value(name = "partitions-256")]
+    ScalePartitions256,
+    #[value(name = "partitions-2048")]
+    ScalePartitions2048,
+    /// 13-14. Scale: max ingest as 1 from 8 or 64 producers sharing its
+    /// records in flight (the producer curve, with 1's one). Run only when named.
+    #[value(name = "producers-8")]
+    ScaleProducers8,
+    #[value(name = "producers-64")]
+    ScaleProducers64,
+}
+
+/// What a scale workload varies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScaleAxis {
+    Partitions,
+    Producers,
+}
+
+impl ScaleAxis {
+    pub const BOTH: [ScaleAxis; 2] = [ScaleAxis::Partitions, ScaleAxis::Producers];
+
+    pub fn slug(self) -> &'static str {
+        match self {
+            ScaleAxis::Partitions => "partitions",
+            ScaleAxis::Producers => "producers",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            ScaleAxis::Partitions => "partitions (one producer)",
+            ScaleAxis::Producers => "producers (16 partitions)",
+        }
+    }
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 9] = [
+    /// What `weir-bench run` runs unless told otherwise: all but the scale
+    /// points.
+    pub const DEFAULT: [WorkloadId; 9] = [
         WorkloadId::MaxIngest,
         WorkloadId::FixedRate,
         WorkloadId::SmallRecords,
@@ -66,6 +107,32 @@ impl WorkloadId {
         WorkloadId::Replicated,
         WorkloadId::PluginOverhead,
         WorkloadId::CatchUpCold,
+    ];
+
+    /// The scale curves' points besides max ingest (`--workloads` names them).
+    pub const SCALE: [WorkloadId; 5] = [
+        WorkloadId::ScalePartitions1,
+        WorkloadId::ScalePartitions256,
+        WorkloadId::ScalePartitions2048,
+        WorkloadId::ScaleProducers8,
+        WorkloadId::ScaleProducers64,
+    ];
+
+    pub const ALL: [WorkloadId; 14] = [
+        WorkloadId::MaxIngest,
+        WorkloadId::FixedRate,
+        WorkloadId::SmallRecords,
+        WorkloadId::DurableIngest,
+        WorkloadId::CatchUp,
+        WorkloadId::RoundTrip,
+        WorkloadId::Replicated,
+        WorkloadId::PluginOverhead,
+        WorkloadId::CatchUpCold,
+        WorkloadId::ScalePartitions1,
+        WorkloadId::ScalePartitions256,
+        WorkloadId::ScalePartitions2048,
+        WorkloadId::ScaleProducers8,
+        WorkloadId::ScaleProducers64,
     ];
 
     pub fn number(self) -> u8 {
@@ -83,6 +150,11 @@ impl WorkloadId {
             WorkloadId::Replicated => "replicated",
             WorkloadId::PluginOverhead => "plugin-overhead",
             WorkloadId::CatchUpCold => "catch-up-cold",
+            WorkloadId::ScalePartitions1 => "partitions-1",
+            WorkloadId::ScalePartitions256 => "partitions-256",
+            WorkloadId::ScalePartitions2048 => "partitions-2048",
+            WorkloadId::ScaleProducers8 => "producers-8",
+            WorkloadId::ScaleProducers64 => "producers-64",
         }
     }
 
@@ -101,6 +173,11 @@ impl WorkloadId {
             WorkloadId::CatchUpCold => {
                 "Catch-up read from offset 0, 16 partitions, 1 KiB, cold (the server's files dropped from the page cache)"
             }
+            WorkloadId::ScalePartitions1 => "Scale: max ingest, 1 partition, 1 KiB, one producer",
+            WorkloadId::ScalePartitions256 => "Scale: max ingest, 256 partitions, 1 KiB, one producer",
+            WorkloadId::ScalePartitions2048 => "Scale: max ingest, 2,048 partitions, 1 KiB, one producer",
+            WorkloadId::ScaleProducers8 => "Scale: max ingest, 16 partitions, 1 KiB, 8 producers",
+            WorkloadId::ScaleProducers64 => "Scale: max ingest, 16 partitions, 1 KiB, 64 producers",
         }
     }
 
@@ -109,6 +186,7 @@ impl WorkloadId {
         match self {
             WorkloadId::DurableIngest => &[Durability::Fsync],
             WorkloadId::CatchUp | WorkloadId::CatchUpCold | WorkloadId::PluginOverhead => &[Durability::PageCache],
+            _ if self.scale_point().is_some() => &[Durability::PageCache],
             _ => &[Durability::PageCache, Durability::Fsync],
         }
     }
@@ -122,9 +200,36 @@ impl WorkloadId {
 
     pub fn partitions(self) -> i32 {
         match self {
-            WorkloadId::RoundTrip => 1,
+            WorkloadId::RoundTrip | WorkloadId::ScalePartitions1 => 1,
+            WorkloadId::ScalePartitions256 => 256,
+            WorkloadId::ScalePartitions2048 => 2048,
             _ => 16,
         }
+    }
+
+    /// Producers of a max-rate workload (they share its records in flight).
+    pub fn producers(self, settings: &Settings) -> usize {
+        match self {
+            WorkloadId::DurableIngest => settings.durable_producers,
+            WorkloadId::ScaleProducers8 => 8,
+            WorkloadId::ScaleProducers64 => 64,
+            _ => 1,
+        }
+    }
+
+    /// Where it sits on a scale curve: max ingest is on both (16 partitions,
+    /// one producer).
+    pub fn scale_point(self) -> Option<Vec<(ScaleAxis, u32)>> {
+        let point = match self {
+            WorkloadId::MaxIngest => return Some(vec![(ScaleAxis::Partitions, 16), (ScaleAxis::Producers, 1)]),
+            WorkloadId::ScalePartitions1 => (ScaleAxis::Partitions, 1),
+            WorkloadId::ScalePartitions256 => (ScaleAxis::Partitions, 256),
+            WorkloadId::ScalePartitions2048 => (ScaleAxis::Partitions, 2048),
+            WorkloadId::ScaleProducers8 => (ScaleAxis::Producers, 8),
+            WorkloadId::ScaleProducers64 => (ScaleAxis::Producers, 64),
+            _ => return None,
+        };
+        Some(vec![point])
     }
 
     /// What its headline figure is.
@@ -215,12 +320,18 @@ pub async fn run(
 ) -> anyhow::Result<Measurement> {
     target.server.reset_peak_rss();
     let mut measurement = match workload {
-        WorkloadId::MaxIngest | WorkloadId::SmallRecords | WorkloadId::PluginOverhead | WorkloadId::Replicated => {
-            max_rate(workload, topic, target, settings, 1).await?
-        }
-        WorkloadId::DurableIngest => {
+        WorkloadId::MaxIngest
+        | WorkloadId::SmallRecords
+        | WorkloadId::PluginOverhead
+        | WorkloadId::Replicated
+        | WorkloadId::DurableIngest
+        | WorkloadId::ScalePartitions1
+        | WorkloadId::ScalePartitions256
+        | WorkloadId::ScalePartitions2048
+        | WorkloadId::ScaleProducers8
+        | WorkloadId::ScaleProducers64 => {
             // The same records in flight in all as one max-ingest producer.
-            let producers = settings.durable_producers;
+            let producers = workload.producers(settings);
             let shared = Settings { inflight_max: (settings.inflight_max / producers).max(1), ..*settings };
             max_rate(workload, topic, target, &shared, producers).await?
         }
@@ -657,7 +768,15 @@ mod tests {
     #[test]
     fn workload_numbers_follow_the_bench_list() {
         let numbers: Vec<u8> = WorkloadId::ALL.iter().map(|id| id.number()).collect();
-        assert_eq!(numbers, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(numbers, (1..=14).collect::<Vec<u8>>());
+        assert_eq!(WorkloadId::DEFAULT, WorkloadId::ALL[..9]);
+        assert_eq!(WorkloadId::SCALE, WorkloadId::ALL[9..]);
+        for workload in WorkloadId::ALL {
+            let named = workload.to_possible_value().map(|value| value.get_name().to_owned());
+            assert_eq!(named.as_deref(), Some(workload.slug()), "--workloads takes the slug");
+        }
+        assert_eq!(WorkloadId::ScalePartitions2048.partitions(), 2048);
+        assert_eq!(WorkloadId::ScalePartitions2048.durabilities(), &[Durability::PageCache]);
         assert_eq!(WorkloadId::CatchUpCold.durabilities(), &[Durability::PageCache]);
         assert_eq!(WorkloadId::DurableIngest.durabilities(), &[Durability::Fsync]);
         assert_eq!(WorkloadId::SmallRecords.record_bytes(), 100);

@@ -22,7 +22,10 @@ impl Node {
         }
         let partitions_max = self.limits.topic_partitions_max;
         if partition_count < 1 || partition_count as u32 > partitions_max {
-            let message = format!("partition count must be in [1, {partitions_max}], got {partition_count}");
+            let message = format!(
+                "partition count must be in [1, {partitions_max}] (the broker's `[limits] topic_partitions_max`), got \
+                 {partition_count}"
+            );
             return Err(ApiError::new(ErrorCode::InvalidPartitions, message));
         }
         let replication_factor = if replication_factor == -1 { 1 } else { replication_factor };
