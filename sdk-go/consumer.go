@@ -574,14 +574,27 @@ func (cons *Consumer) fetched(done completion) error {
 	cons.inflightGen = nil
 	changed := cons.assignEpoch != cons.inflightEpoch
 	fetchedFrom := map[TopicPartition]bool{}
-	var kept []*Record
+	kept := records[:0:0]
+	if again == nil {
+		kept = records
+	}
 	pausedHere := false
-	for _, r := range records {
-		tp := TopicPartition{r.Topic, r.Partition}
-		if _, sought := again[tp]; !sought {
+	// A fetch answers partition by partition: the maps are consulted once
+	// per run of one partition's records, not per record.
+	var run TopicPartition
+	keepRun := false
+	for at, r := range records {
+		if at == 0 || r.Partition != run.Partition || r.Topic != run.Topic {
+			run = TopicPartition{r.Topic, r.Partition}
+			_, sought := again[run]
+			keepRun = !sought
+			if keepRun {
+				fetchedFrom[run] = true
+				pausedHere = pausedHere || cons.paused[run]
+			}
+		}
+		if keepRun && again != nil {
 			kept = append(kept, r)
-			fetchedFrom[tp] = true
-			pausedHere = pausedHere || cons.paused[tp]
 		}
 	}
 	cons.buffered = append(cons.buffered, kept...)
