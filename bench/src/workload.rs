@@ -118,22 +118,17 @@ impl WorkloadId {
         WorkloadId::ScaleProducers64,
     ];
 
-    pub const ALL: [WorkloadId; 14] = [
-        WorkloadId::MaxIngest,
-        WorkloadId::FixedRate,
-        WorkloadId::SmallRecords,
-        WorkloadId::DurableIngest,
-        WorkloadId::CatchUp,
-        WorkloadId::RoundTrip,
-        WorkloadId::Replicated,
-        WorkloadId::PluginOverhead,
-        WorkloadId::CatchUpCold,
-        WorkloadId::ScalePartitions1,
-        WorkloadId::ScalePartitions256,
-        WorkloadId::ScalePartitions2048,
-        WorkloadId::ScaleProducers8,
-        WorkloadId::ScaleProducers64,
-    ];
+    /// Every workload, numbered in this order: the default ones, then the
+    /// scale points.
+    pub const ALL: [WorkloadId; 14] = {
+        let mut all = [WorkloadId::MaxIngest; 14];
+        let mut at = 0;
+        while at < all.len() {
+            all[at] = if at < Self::DEFAULT.len() { Self::DEFAULT[at] } else { Self::SCALE[at - Self::DEFAULT.len()] };
+            at += 1;
+        }
+        all
+    };
 
     pub fn number(self) -> u8 {
         WorkloadId::ALL.iter().position(|id| *id == self).expect("every id is in ALL") as u8 + 1
