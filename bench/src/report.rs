@@ -329,11 +329,13 @@ pub fn render_markdown(report: &Report, plot_files: &[String]) -> String {
         out,
         "Produced by `{}`: every system on the same machine in the same run, workloads interleaved \
          (system order rotates each round), {} round(s); figures are medians over rounds, ranges in \
-         brackets. Measurement window {:.1} s after {:.1} s of warm-up.\n",
+         brackets. Measurement window {:.1} s after {:.1} s of warm-up; at most {} records unacknowledged \
+         per max-rate workload.\n",
         report.command,
         report.rounds,
         report.settings.duration.as_secs_f64(),
-        report.settings.warmup.as_secs_f64()
+        report.settings.warmup.as_secs_f64(),
+        report.settings.inflight_max
     );
     let machine = &report.machine;
     let _ = writeln!(
