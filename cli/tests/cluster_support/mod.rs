@@ -29,7 +29,30 @@ pub struct Cluster {
     config: Option<PathBuf>,
 }
 
+/// A port nothing listens on, for a broker to bind later. Taken below the
+/// kernel's ephemeral range: a port from `bind(:0)` comes from that range, and
+/// before the broker binds it, any outgoing connection of a test running
+/// alongside may take it as its local port (a broker then failed to start
+/// with "address in use"). Below the range, only another listener can take
+/// it; each test process walks its own sequence from its pid.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    const LOWEST: u32 = 10_000;
+    if ephemeral_start > LOWEST + 1_000 {
+        let span = ephemeral_start - LOWEST;
+        let start = std::process::id().wrapping_mul(7_919);
+        for _ in 0..span {
+            let port = LOWEST + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+            if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+                return port as u16;
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -85,6 +108,12 @@ impl Cluster {
         self.dir.path().join(format!("broker-{id}.log"))
     }
 
+    /// Broker `id`'s log, opened for appending (lines from its stdout and
+    /// stderr interleave whole).
+    fn log_file(&self, id: usize) -> std::fs::File {
+        std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(id)).unwrap()
+    }
+
     /// Starts broker `id`; the receiver fires once it listens. Its log goes to a
     /// file (read by a thread, so the broker never blocks on a full pipe).
     pub fn spawn(&mut self, id: usize) -> mpsc::Receiver<()> {
@@ -109,15 +138,16 @@ impl Cluster {
             .args(["--controller-voters", &self.voters()])
             .env("RUST_LOG", "info,openraft=warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            // Errors the broker prints before its log starts (a port in use)
+            // land in its log file too.
+            .stderr(self.log_file(id))
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         let (sender, receiver) = mpsc::channel();
-        let log_path = self.log_path(id);
+        let mut log = self.log_file(id);
         std::thread::spawn(move || {
             use std::io::Write;
-            let mut log = std::fs::OpenOptions::new().create(true).append(true).open(log_path).unwrap();
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if line.contains("listening address=") {
                     let _ = sender.send(());
