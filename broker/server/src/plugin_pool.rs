@@ -90,7 +90,14 @@ pub struct PluginPool {
     /// call's budget; see `plugins::call_in_parts`), `usize::MAX` until a
     /// call ran out of it.
     records_per_call: AtomicUsize,
+    /// Batches run in parts in a row with no part out of budget.
+    batches_fit: AtomicUsize,
 }
+
+/// Batches in a row that must fit before calls may take twice as many
+/// records: growing after every one made every other oversized batch waste a
+/// call's budget finding the limit again.
+const BATCHES_FIT_TO_GROW: usize = 8;
 
 impl std::fmt::Debug for PluginPool {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -115,6 +122,7 @@ impl PluginPool {
             lanes: Mutex::new(vec![None; lanes_max]),
             first: Mutex::new(Some(first)),
             records_per_call: AtomicUsize::new(usize::MAX),
+            batches_fit: AtomicUsize::new(0),
         }
     }
 
@@ -125,6 +133,16 @@ impl PluginPool {
 
     pub fn set_records_per_call(&self, records: usize) {
         self.records_per_call.store(records.max(1), Ordering::Relaxed);
+        self.batches_fit.store(0, Ordering::Relaxed);
+    }
+
+    /// Notes a batch run in parts of `size` records, none of them out of
+    /// budget: after `BATCHES_FIT_TO_GROW` in a row, calls may take twice as
+    /// many.
+    pub fn note_batch_fit(&self, size: usize) {
+        if self.batches_fit.fetch_add(1, Ordering::Relaxed) + 1 >= BATCHES_FIT_TO_GROW {
+            self.set_records_per_call(size.saturating_mul(2));
+        }
     }
 
     pub fn log(&self) -> &Arc<PluginLog> {

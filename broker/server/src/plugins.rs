@@ -1258,7 +1258,8 @@ async fn call<T: Send + 'static>(
 /// call that runs out of its budget is split in halves (down to single
 /// records) that run in turn, and their verdicts are joined into one for the
 /// batch; the part size that fit is where the next batches start (it doubles
-/// again after a batch that needed no split). So an interceptor that needs
+/// again after a run of batches that needed no split, see
+/// [`PluginPool::note_batch_fit`]). So an interceptor that needs
 /// longer than one call's budget for a whole batch (an interpreted plugin over
 /// thousands of records) still answers it, as transforms do; only a single
 /// record that cannot fit the budget fails the call.
@@ -1272,6 +1273,7 @@ async fn call_in_parts<T: Joined>(
     let key = partition as u32;
     let mut size = pool.records_per_call();
     let mut whole = whole;
+    let mut was_split = false;
     if whole.len() <= size {
         let (outcome, back) = pool.call(key, whole, work.clone()).await?;
         whole = back;
@@ -1280,6 +1282,7 @@ async fn call_in_parts<T: Joined>(
             outcome => return Ok((outcome, whole)),
         }
         note_split(pool, whole.len(), size);
+        was_split = true;
     }
     let bad = |error: String| PluginError::BadOutput(format!("splitting a batch: {error}"));
     let mut pending: std::collections::VecDeque<PackedBatch> = match whole.parts(size) {
@@ -1287,7 +1290,6 @@ async fn call_in_parts<T: Joined>(
         Err(error) => return Ok((Err(bad(error)), whole)),
     };
     let mut answered = Vec::new();
-    let mut was_split = false;
     while let Some(part) = pending.pop_front() {
         let (outcome, part) = pool.call(key, part, work.clone()).await?;
         match outcome {
@@ -1311,7 +1313,7 @@ async fn call_in_parts<T: Joined>(
         }
     }
     if !was_split {
-        pool.set_records_per_call(size.saturating_mul(2));
+        pool.note_batch_fit(size);
     }
     let joined = T::join(&whole, answered).map_err(bad);
     Ok((joined, whole))
