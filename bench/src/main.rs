@@ -118,10 +118,16 @@ struct RunArgs {
     /// MiB written, then read back, by the catch-up workload [default: 1024; smoke: 8].
     #[arg(long)]
     catch_up_mib: Option<u64>,
-    /// Records a max-rate producer keeps unacknowledged at most (the
-    /// producers of one workload share them), every system alike.
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    inflight_max: u32,
+    /// Record bytes a max-rate workload keeps unacknowledged at most (its
+    /// producers share them), every system alike: 4096 records of 1 KiB,
+    /// 41943 of 100 B, as producer libraries bound themselves by bytes
+    /// (Kafka's buffer.memory).
+    #[arg(long, default_value_t = 4 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 34)))]
+    inflight_bytes: u64,
+    /// A fixed count of unacknowledged records per max-rate workload instead,
+    /// whatever their size (overrides --inflight-bytes).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    inflight_max: Option<u32>,
     /// Where the JSON, Markdown and plots go [default: bench/results; smoke: target/bench-smoke].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -288,7 +294,8 @@ fn settings(args: &RunArgs) -> Settings {
         fixed_rate: args.fixed_rate.unwrap_or(if args.smoke { 2_000.0 } else { 50_000.0 }),
         catch_up_bytes: args.catch_up_mib.unwrap_or(if args.smoke { 8 } else { 1024 }) << 20,
         durable_producers: 8,
-        inflight_max: args.inflight_max as usize,
+        inflight_bytes_max: args.inflight_bytes as usize,
+        inflight_max: args.inflight_max.map(|records| records as usize),
     }
 }
 

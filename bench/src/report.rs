@@ -329,13 +329,13 @@ pub fn render_markdown(report: &Report, plot_files: &[String]) -> String {
         out,
         "Produced by `{}`: every system on the same machine in the same run, workloads interleaved \
          (system order rotates each round), {} round(s); figures are medians over rounds, ranges in \
-         brackets. Measurement window {:.1} s after {:.1} s of warm-up; at most {} records unacknowledged \
-         per max-rate workload.\n",
+         brackets. Measurement window {:.1} s after {:.1} s of warm-up; at most {} unacknowledged \
+         per max-rate workload, shared by its producers.\n",
         report.command,
         report.rounds,
         report.settings.duration.as_secs_f64(),
         report.settings.warmup.as_secs_f64(),
-        report.settings.inflight_max
+        in_flight(&report.settings)
     );
     let machine = &report.machine;
     let _ = writeln!(
@@ -368,6 +368,26 @@ pub fn render_markdown(report: &Report, plot_files: &[String]) -> String {
     out
 }
 
+/// What a max-rate workload keeps in flight, in words.
+fn in_flight(settings: &Settings) -> String {
+    match settings.inflight_max {
+        Some(records) => format!("{records} records"),
+        None => {
+            let records = |bytes: usize| settings.records_in_flight(bytes);
+            let total = settings.inflight_bytes_max;
+            let total = match total % (1 << 20) {
+                0 => format!("{} MiB", total >> 20),
+                _ => format!("{total} bytes"),
+            };
+            format!(
+                "{total} of records ({} of 1 KiB, {} of 100 B)",
+                records(1024),
+                records(100)
+            )
+        }
+    }
+}
+
 const DURABILITY_NOTE: &str = "Durability is matched and labelled on every row: **page cache** = acknowledged once the \
 write reached the OS (Weir `flush.policy=interval`, Kafka's default, NATS's default `sync_interval` of 2 min); \
 **fsync** = acknowledged after fdatasync (Weir `flush.policy=always` with group commit, Kafka topic \
@@ -375,8 +395,7 @@ write reached the OS (Weir `flush.policy=interval`, Kafka's default, NATS's defa
 idempotence for page cache, `acks=all` with idempotence for fsync (one broker: all = the leader), linger 5 ms \
 (0 at a fixed rate and for round trips), 1 MiB batches, no compression; NATS publishes asynchronously and awaits \
 each PubAck. Requests in flight: Weir one per partition, Kafka 5 per connection (the Java client's default), NATS up to \
-the records in flight. At most 4096 records unacknowledged per max-ingest producer (512 per durable-ingest producer: 4096 in \
-all). Server CPU is the server process's user + system time inside the measurement window per GB moved; load generator CPU \
+the records in flight. Server CPU is the server process's user + system time inside the measurement window per GB moved; load generator CPU \
 is the harness process's (the system's client library plus the harness) in the same window. Peak RSS is the server's \
 highest resident set over the rounds (Kafka's includes the 1 GiB heap it is started with, `-Xms1g`). At a fixed rate a \
 system that does not keep up is marked and gets no ratio (its latency is queueing). The machine limits are measured \
@@ -507,7 +526,8 @@ mod tests {
                 fixed_rate: 1.0,
                 catch_up_bytes: 1,
                 durable_producers: 1,
-                inflight_max: 1,
+                inflight_bytes_max: crate::workload::INFLIGHT_BYTES_MAX,
+                inflight_max: None,
             },
             rounds: 3,
             runs,

@@ -2,8 +2,10 @@
 //! and the load they put on any [`Driver`].
 //!
 //! Load shapes, the same for every system:
-//! - max rate: each producer keeps at most `inflight_max` records unacknowledged
-//!   and sends the next as soon as its client accepts it; records go to the
+//! - max rate: each producer keeps at most `inflight_bytes_max` of record bytes
+//!   unacknowledged (4 MiB: 4,096 records of 1 KiB, 41,943 of 100 B; a fixed
+//!   count of records with `--inflight-max`) and sends the next as soon as its
+//!   client accepts it; records go to the
 //!   partitions in turn. Throughput counts acknowledgements that arrive inside
 //!   the measurement window (after the warm-up); latency is send→ack of every
 //!   record sent inside the window.
@@ -256,8 +258,28 @@ pub struct Settings {
     pub catch_up_bytes: u64,
     /// Producers of the durable-ingest workload.
     pub durable_producers: usize,
-    /// Unacknowledged records per producer at most.
-    pub inflight_max: usize,
+    /// Unacknowledged record bytes per max-rate workload at most (shared by
+    /// its producers), as producer libraries bound themselves (Kafka's
+    /// `buffer.memory`): the same bytes in flight for 1 KiB and 100 B records.
+    #[serde(default = "default_inflight_bytes_max")]
+    pub inflight_bytes_max: usize,
+    /// A fixed count of unacknowledged records instead, whatever their size.
+    #[serde(default)]
+    pub inflight_max: Option<usize>,
+}
+
+/// 4 MiB: 4,096 records of 1 KiB in flight, as every run before the bound was in bytes.
+pub const INFLIGHT_BYTES_MAX: usize = 4 << 20;
+
+fn default_inflight_bytes_max() -> usize {
+    INFLIGHT_BYTES_MAX
+}
+
+impl Settings {
+    /// Records of `record_bytes` one workload keeps unacknowledged at most.
+    pub fn records_in_flight(&self, record_bytes: usize) -> usize {
+        self.inflight_max.unwrap_or(self.inflight_bytes_max / record_bytes.max(1)).max(1)
+    }
 }
 
 /// What one workload run measured.
@@ -327,7 +349,8 @@ pub async fn run(
         | WorkloadId::ScaleProducers64 => {
             // The same records in flight in all as one max-ingest producer.
             let producers = workload.producers(settings);
-            let shared = Settings { inflight_max: (settings.inflight_max / producers).max(1), ..*settings };
+            let records = settings.records_in_flight(workload.record_bytes());
+            let shared = Settings { inflight_max: Some((records / producers).max(1)), ..*settings };
             max_rate(workload, topic, target, &shared, producers).await?
         }
         WorkloadId::FixedRate => fixed_rate(topic, target, settings).await?,
@@ -533,7 +556,7 @@ async fn max_rate(
     let shape = LoadShape {
         partitions: topic.partitions,
         record_bytes: workload.record_bytes(),
-        inflight_max: settings.inflight_max,
+        inflight_max: settings.records_in_flight(workload.record_bytes()),
         rate: None,
         stamp: false,
     };
@@ -566,7 +589,7 @@ async fn fixed_rate(topic: &TopicSpec, target: Target<'_>, settings: &Settings) 
     let shape = LoadShape {
         partitions: topic.partitions,
         record_bytes: WorkloadId::FixedRate.record_bytes(),
-        inflight_max: settings.inflight_max,
+        inflight_max: settings.records_in_flight(WorkloadId::FixedRate.record_bytes()),
         rate: Some(settings.fixed_rate),
         stamp: true,
     };
@@ -674,7 +697,7 @@ async fn catch_up(
     let payload = vec![0x63u8; record_bytes];
     let mut pending = FuturesUnordered::new();
     for sent in 0..records {
-        if pending.len() >= settings.inflight_max {
+        if pending.len() >= settings.records_in_flight(record_bytes) {
             pending.next().await.expect("pending is not empty")?;
         }
         pending.push(publisher.send((sent % topic.partitions as u64) as i32, &payload).await?);
