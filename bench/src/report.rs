@@ -379,11 +379,7 @@ fn in_flight(settings: &Settings) -> String {
                 0 => format!("{} MiB", total >> 20),
                 _ => format!("{total} bytes"),
             };
-            format!(
-                "{total} of records ({} of 1 KiB, {} of 100 B)",
-                records(1024),
-                records(100)
-            )
+            format!("{total} of records ({} of 1 KiB, {} of 100 B)", records(1024), records(100))
         }
     }
 }
