@@ -282,12 +282,12 @@ const MIN_INSYNC_REPLICAS: i16 = 2;
 /// rounds (full runs; a smoke run keeps its 0.9 s).
 const CLUSTER_WARM_UP: Duration = Duration::from_secs(30);
 
-/// The error of a run that moved no record in its window.
 /// A smoke run's in-flight bound: 4,096 records of 100 B, 400 of 1 KiB. A
 /// peer's fsync at 100 B did not drain the full bound's 41,943 records within
 /// the smoke budget on a busy CI machine.
 const SMOKE_INFLIGHT_BYTES_MAX: usize = 409_600;
 
+/// The error of a run that moved no record in its window.
 const NOTHING_MOVED: &str = "no record was acknowledged or read in the window";
 
 fn settings(args: &RunArgs) -> Settings {

@@ -5,8 +5,7 @@
 //! - max rate: each producer keeps at most `inflight_bytes_max` of record bytes
 //!   unacknowledged (4 MiB: 4,096 records of 1 KiB, 41,943 of 100 B; a fixed
 //!   count of records with `--inflight-max`) and sends the next as soon as its
-//!   client accepts it; records go to the
-//!   partitions in turn. Throughput counts acknowledgements that arrive inside
+//!   client accepts it; records go to the partitions in turn. Throughput counts acknowledgements that arrive inside
 //!   the measurement window (after the warm-up); latency is send→ack of every
 //!   record sent inside the window.
 //! - fixed rate: the same, paced to a total rate; each payload carries its send
