@@ -130,8 +130,8 @@ function checkedTimestamp(timestamp) {
     }
     return milliseconds;
 }
-/** `batch` packed for the native `send`. */
-function pack(batch) {
+/** `batch` packed for the native `send`, its data in a buffer `allocate` gives. */
+function pack(batch, allocate) {
     let count = 0;
     let dataBytes = 0;
     let headerCount = 0;
@@ -151,7 +151,7 @@ function pack(batch) {
     }
     const topics = [];
     const topicPositions = new Map();
-    const data = Buffer.allocUnsafe(dataBytes);
+    const data = allocate(dataBytes);
     const index = new Uint32Array(count * STRIDE);
     const headers = new Uint32Array(headerCount * 4);
     const timestamps = new Float64Array(count);
@@ -255,12 +255,84 @@ function unpack(polled) {
     }
     return messages;
 }
-/** Sends records; `send` resolves once they are acknowledged. */
+/** At most this many bytes of packing buffers are kept for reuse per producer. */
+const PACK_BUFFERS_KEPT_MAX = 16 * 1024 * 1024;
+/**
+ * Buffers that packed sends reuse once the core has let go of them. A send of
+ * many records packs them into one buffer of their bytes; a fresh one per
+ * send would come from new pages every time (the kernel faults in and zeroes
+ * each page: most of a large send's cost), so buffers of settled sends are
+ * kept, up to `bytesMax` in all, and given to later sends.
+ */
+class PackBuffers {
+    /** Below this a send packs into a fresh buffer (Node pools small ones itself). */
+    static POOLED_MIN = 64 * 1024;
+    #free = [];
+    #freeBytes = 0;
+    #bytesMax;
+    constructor(bytesMax) {
+        this.#bytesMax = bytesMax;
+    }
+    /** A buffer of exactly `bytes`: a view of a kept one that is large enough (not more than twice), or a new one. */
+    take(bytes) {
+        if (bytes < PackBuffers.POOLED_MIN)
+            return Buffer.allocUnsafe(bytes);
+        let best = -1;
+        for (let at = 0; at < this.#free.length; at++) {
+            const length = this.#free[at].length;
+            if (length >= bytes && length <= 2 * bytes && (best < 0 || length < this.#free[best].length))
+                best = at;
+        }
+        if (best < 0) {
+            // Whole 64 KiB units, so sends of similar sizes fit each other's buffers.
+            const units = Math.ceil(bytes / PackBuffers.POOLED_MIN);
+            return Buffer.allocUnsafeSlow(units * PackBuffers.POOLED_MIN).subarray(0, bytes);
+        }
+        const [buffer] = this.#free.splice(best, 1);
+        this.#freeBytes -= buffer.length;
+        return buffer.subarray(0, bytes);
+    }
+    /** Keeps the whole buffer `view` (from `take`) for later sends, if there is room. */
+    give(view) {
+        if (view.length < PackBuffers.POOLED_MIN)
+            return;
+        const buffer = Buffer.from(view.buffer, view.byteOffset, view.buffer.byteLength - view.byteOffset);
+        if (this.#freeBytes + buffer.length > this.#bytesMax)
+            return;
+        this.#free.push(buffer);
+        this.#freeBytes += buffer.length;
+    }
+    clear() {
+        this.#free.length = 0;
+        this.#freeBytes = 0;
+    }
+}
+/**
+ * Sends records; `send` resolves once they are acknowledged.
+ *
+ * Sends go to the core in call order, each packed into one buffer. They are
+ * packed while less than `bufferMemory` bytes of packed records are
+ * unacknowledged (so the last one packed may go past it); later sends wait
+ * here, unpacked, until earlier ones settle, so a burst of sends costs the
+ * memory of its messages and not a second copy of them. A waiting send reads
+ * its messages when it is packed: do not change them before its promise
+ * settles.
+ */
 class Producer {
     #native;
+    /** Bytes of packed sends the core has not settled yet. */
+    #unsettled = 0;
+    #bytesMax;
+    #waiting = [];
+    /** Resolved when no send waits (`flush` and `disconnect` hand every send over first). */
+    #handedOver = [];
+    #buffers;
+    #closing = false;
     /** @internal */
     constructor(brokers, settings) {
         this.#native = sync(() => new native.NativeProducer(brokers, settings));
+        this.#bytesMax = this.#native.bufferMemory;
+        this.#buffers = new PackBuffers(Math.min(this.#bytesMax, PACK_BUFFERS_KEPT_MAX));
     }
     /** Resolves at once: connections are made as sends need them. */
     async connect() { }
@@ -273,9 +345,13 @@ class Producer {
     }
     /** Sends the messages of several topics in one call. */
     async sendBatch(batch) {
-        const packed = sync(() => pack(batch.topicMessages));
+        if (this.#closing)
+            throw new errors_1.InvalidRequestError('the producer is disconnected', 8, false);
         const shape = batch.topicMessages.map(({ topic, messages }) => [topic, messages.length]);
-        const sent = await call(() => this.#native.send(packed));
+        const sent = await new Promise((resolve, reject) => {
+            this.#waiting.push({ batch: batch.topicMessages, resolve, reject });
+            this.#pump();
+        });
         const metadata = new Array(sent.offsets.length);
         let record = 0;
         for (const [topicName, count] of shape) {
@@ -291,13 +367,61 @@ class Producer {
         }
         return metadata;
     }
+    /**
+     * Packs and hands to the core, in call order, the waiting sends that have
+     * room. Synchronous, so no later send can overtake an earlier one.
+     */
+    #pump() {
+        while (this.#waiting.length > 0 && this.#unsettled < this.#bytesMax) {
+            const { batch, resolve, reject } = this.#waiting.shift();
+            let packed;
+            let settled;
+            try {
+                packed = sync(() => pack(batch, (bytes) => this.#buffers.take(bytes)));
+                settled = call(() => this.#native.send(packed));
+            }
+            catch (error) {
+                reject(error);
+                continue;
+            }
+            const bytes = packed.data.length;
+            this.#unsettled += bytes;
+            // The core has dropped its hold on the data when a send settles.
+            const release = () => {
+                this.#unsettled -= bytes;
+                this.#buffers.give(packed.data);
+                this.#pump();
+            };
+            settled.then((sent) => {
+                release();
+                resolve(sent);
+            }, (error) => {
+                release();
+                reject(error);
+            });
+        }
+        if (this.#waiting.length === 0 && this.#handedOver.length > 0) {
+            for (const resolve of this.#handedOver.splice(0))
+                resolve();
+        }
+    }
+    /** Resolves once every send made before it is with the core. */
+    #allHandedOver() {
+        if (this.#waiting.length === 0)
+            return Promise.resolve();
+        return new Promise((resolve) => this.#handedOver.push(resolve));
+    }
     /** Resolves once everything sent before it is acknowledged. */
     async flush() {
+        await this.#allHandedOver();
         await call(() => this.#native.flush());
     }
     /** Flushes, then refuses further sends. */
     async disconnect() {
+        this.#closing = true;
+        await this.#allHandedOver();
         await call(() => this.#native.close());
+        this.#buffers.clear();
     }
 }
 exports.Producer = Producer;

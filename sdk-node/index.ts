@@ -246,8 +246,8 @@ function checkedTimestamp(timestamp: number | bigint | string | undefined): numb
   return milliseconds
 }
 
-/** `batch` packed for the native `send`. */
-function pack(batch: ProducerRecord[]): NativeTypes.Outgoing {
+/** `batch` packed for the native `send`, its data in a buffer `allocate` gives. */
+function pack(batch: ProducerRecord[], allocate: (bytes: number) => Buffer): NativeTypes.Outgoing {
   let count = 0
   let dataBytes = 0
   let headerCount = 0
@@ -266,7 +266,7 @@ function pack(batch: ProducerRecord[]): NativeTypes.Outgoing {
   }
   const topics: string[] = []
   const topicPositions = new Map<string, number>()
-  const data = Buffer.allocUnsafe(dataBytes)
+  const data = allocate(dataBytes)
   const index = new Uint32Array(count * STRIDE)
   const headers = new Uint32Array(headerCount * 4)
   const timestamps = new Float64Array(count)
@@ -371,13 +371,94 @@ function unpack(polled: NativeTypes.Polled): (KafkaMessage & TopicPartition)[] {
   return messages
 }
 
-/** Sends records; `send` resolves once they are acknowledged. */
+/** At most this many bytes of packing buffers are kept for reuse per producer. */
+const PACK_BUFFERS_KEPT_MAX = 16 * 1024 * 1024
+
+/**
+ * Buffers that packed sends reuse once the core has let go of them. A send of
+ * many records packs them into one buffer of their bytes; a fresh one per
+ * send would come from new pages every time (the kernel faults in and zeroes
+ * each page: most of a large send's cost), so buffers of settled sends are
+ * kept, up to `bytesMax` in all, and given to later sends.
+ */
+class PackBuffers {
+  /** Below this a send packs into a fresh buffer (Node pools small ones itself). */
+  static readonly POOLED_MIN = 64 * 1024
+  readonly #free: Buffer[] = []
+  #freeBytes = 0
+  readonly #bytesMax: number
+
+  constructor(bytesMax: number) {
+    this.#bytesMax = bytesMax
+  }
+
+  /** A buffer of exactly `bytes`: a view of a kept one that is large enough (not more than twice), or a new one. */
+  take(bytes: number): Buffer {
+    if (bytes < PackBuffers.POOLED_MIN) return Buffer.allocUnsafe(bytes)
+    let best = -1
+    for (let at = 0; at < this.#free.length; at++) {
+      const length = this.#free[at].length
+      if (length >= bytes && length <= 2 * bytes && (best < 0 || length < this.#free[best].length)) best = at
+    }
+    if (best < 0) {
+      // Whole 64 KiB units, so sends of similar sizes fit each other's buffers.
+      const units = Math.ceil(bytes / PackBuffers.POOLED_MIN)
+      return Buffer.allocUnsafeSlow(units * PackBuffers.POOLED_MIN).subarray(0, bytes)
+    }
+    const [buffer] = this.#free.splice(best, 1)
+    this.#freeBytes -= buffer.length
+    return buffer.subarray(0, bytes)
+  }
+
+  /** Keeps the whole buffer `view` (from `take`) for later sends, if there is room. */
+  give(view: Buffer): void {
+    if (view.length < PackBuffers.POOLED_MIN) return
+    const buffer = Buffer.from(view.buffer, view.byteOffset, view.buffer.byteLength - view.byteOffset)
+    if (this.#freeBytes + buffer.length > this.#bytesMax) return
+    this.#free.push(buffer)
+    this.#freeBytes += buffer.length
+  }
+
+  clear(): void {
+    this.#free.length = 0
+    this.#freeBytes = 0
+  }
+}
+
+/** A send waiting for the producer's buffer to have room. */
+interface WaitingSend {
+  batch: ProducerRecord[]
+  resolve: (sent: NativeTypes.Sent) => void
+  reject: (error: unknown) => void
+}
+
+/**
+ * Sends records; `send` resolves once they are acknowledged.
+ *
+ * Sends go to the core in call order, each packed into one buffer. They are
+ * packed while less than `bufferMemory` bytes of packed records are
+ * unacknowledged (so the last one packed may go past it); later sends wait
+ * here, unpacked, until earlier ones settle, so a burst of sends costs the
+ * memory of its messages and not a second copy of them. A waiting send reads
+ * its messages when it is packed: do not change them before its promise
+ * settles.
+ */
 export class Producer {
   readonly #native: InstanceType<Native['NativeProducer']>
+  /** Bytes of packed sends the core has not settled yet. */
+  #unsettled = 0
+  readonly #bytesMax: number
+  readonly #waiting: WaitingSend[] = []
+  /** Resolved when no send waits (`flush` and `disconnect` hand every send over first). */
+  #handedOver: (() => void)[] = []
+  readonly #buffers: PackBuffers
+  #closing = false
 
   /** @internal */
   constructor(brokers: string[], settings: Record<string, string>) {
     this.#native = sync(() => new native.NativeProducer(brokers, settings))
+    this.#bytesMax = this.#native.bufferMemory
+    this.#buffers = new PackBuffers(Math.min(this.#bytesMax, PACK_BUFFERS_KEPT_MAX))
   }
 
   /** Resolves at once: connections are made as sends need them. */
@@ -393,9 +474,12 @@ export class Producer {
 
   /** Sends the messages of several topics in one call. */
   async sendBatch(batch: { topicMessages: ProducerRecord[] }): Promise<RecordMetadata[]> {
-    const packed = sync(() => pack(batch.topicMessages))
+    if (this.#closing) throw new InvalidRequestError('the producer is disconnected', 8, false)
     const shape = batch.topicMessages.map(({ topic, messages }): [string, number] => [topic, messages.length])
-    const sent = await call(() => this.#native.send(packed))
+    const sent = await new Promise<NativeTypes.Sent>((resolve, reject) => {
+      this.#waiting.push({ batch: batch.topicMessages, resolve, reject })
+      this.#pump()
+    })
     const metadata: RecordMetadata[] = new Array(sent.offsets.length)
     let record = 0
     for (const [topicName, count] of shape) {
@@ -412,14 +496,64 @@ export class Producer {
     return metadata
   }
 
+  /**
+   * Packs and hands to the core, in call order, the waiting sends that have
+   * room. Synchronous, so no later send can overtake an earlier one.
+   */
+  #pump(): void {
+    while (this.#waiting.length > 0 && this.#unsettled < this.#bytesMax) {
+      const { batch, resolve, reject } = this.#waiting.shift()!
+      let packed: NativeTypes.Outgoing
+      let settled: Promise<NativeTypes.Sent>
+      try {
+        packed = sync(() => pack(batch, (bytes) => this.#buffers.take(bytes)))
+        settled = call(() => this.#native.send(packed))
+      } catch (error) {
+        reject(error)
+        continue
+      }
+      const bytes = packed.data.length
+      this.#unsettled += bytes
+      // The core has dropped its hold on the data when a send settles.
+      const release = (): void => {
+        this.#unsettled -= bytes
+        this.#buffers.give(packed.data)
+        this.#pump()
+      }
+      settled.then(
+        (sent) => {
+          release()
+          resolve(sent)
+        },
+        (error) => {
+          release()
+          reject(error)
+        },
+      )
+    }
+    if (this.#waiting.length === 0 && this.#handedOver.length > 0) {
+      for (const resolve of this.#handedOver.splice(0)) resolve()
+    }
+  }
+
+  /** Resolves once every send made before it is with the core. */
+  #allHandedOver(): Promise<void> {
+    if (this.#waiting.length === 0) return Promise.resolve()
+    return new Promise((resolve) => this.#handedOver.push(resolve))
+  }
+
   /** Resolves once everything sent before it is acknowledged. */
   async flush(): Promise<void> {
+    await this.#allHandedOver()
     await call(() => this.#native.flush())
   }
 
   /** Flushes, then refuses further sends. */
   async disconnect(): Promise<void> {
+    this.#closing = true
+    await this.#allHandedOver()
     await call(() => this.#native.close())
+    this.#buffers.clear()
   }
 }
 

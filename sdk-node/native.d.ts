@@ -115,6 +115,11 @@ export declare class NativeProducer {
    */
   constructor(brokers: Array<string>, config?: Record<string, string> | undefined | null)
   /**
+   * `buffer.memory`: the bytes of records the producer holds unacknowledged
+   * (the JavaScript layer keeps as many packed, at most, before sends wait).
+   */
+  get bufferMemory(): number
+  /**
    * Queues the packed records behind earlier sends (now, in call order);
    * resolves with where each landed once all are acknowledged, or rejects
    * with the first refusal (records after a record the producer refused

@@ -341,6 +341,9 @@ async fn run(producer: Producer, mut jobs: mpsc::UnboundedReceiver<Job>, queued:
                     let mut headers = Vec::new();
                     deliveries.offer(|| producer.send_ref(packed.record(index, &mut headers))).await;
                 }
+                // Every record is in a batch: the binding's buffer is let go
+                // before the call settles, so it may reuse it once it has.
+                drop(packed);
                 deliveries.settle(done);
             }
             Job::Flush(done) => {

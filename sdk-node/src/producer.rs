@@ -108,6 +108,7 @@ fn sent(landed: Vec<RecordMetadata>) -> Sent {
 #[napi]
 pub struct NativeProducer {
     inner: OrderedProducer,
+    buffer_memory: usize,
 }
 
 #[napi]
@@ -117,7 +118,15 @@ impl NativeProducer {
     #[napi(constructor)]
     pub fn new(brokers: Vec<String>, config: Option<HashMap<String, String>>) -> Result<NativeProducer> {
         let config = client::ProducerConfig::from_map(&settings(brokers, config)).map_err(client_err)?;
-        Ok(NativeProducer { inner: OrderedProducer::new(config).map_err(to_js)? })
+        let buffer_memory = config.buffer_bytes_max;
+        Ok(NativeProducer { inner: OrderedProducer::new(config).map_err(to_js)?, buffer_memory })
+    }
+
+    /// `buffer.memory`: the bytes of records the producer holds unacknowledged
+    /// (the JavaScript layer keeps as many packed, at most, before sends wait).
+    #[napi(getter)]
+    pub fn buffer_memory(&self) -> f64 {
+        self.buffer_memory as f64
     }
 
     /// Queues the packed records behind earlier sends (now, in call order);

@@ -43,6 +43,43 @@ async function readAll(topic, partitions, count) {
   return messages
 }
 
+test('a burst of sends past buffer.memory waits its turn: all land in call order, flush and disconnect wait for them', async () => {
+  const admin = broker.weir.admin()
+  await admin.createTopics({ topics: [{ topic: 'burst', numPartitions: 1 }] })
+  // 256 KiB of buffer: 64 sends of 64 records of 1 KiB (4 MiB) cannot all be packed at once.
+  const producer = broker.weir.producer({ acks: 1, bufferMemory: 256 * 1024 })
+  const value = Buffer.alloc(1024, 7)
+  const sends = []
+  for (let send = 0; send < 64; send++) {
+    const messages = Array.from({ length: 64 }, (_, each) => ({ key: `${send}:${each}`, value }))
+    sends.push(producer.send({ topic: 'burst', messages }))
+  }
+  // flush resolves only once every send above is with the core and acknowledged.
+  let flushed = false
+  const flush = producer.flush().then(() => {
+    flushed = true
+  })
+  const disconnect = producer.disconnect()
+  await assert.rejects(producer.send({ topic: 'burst', messages: [{ value }] }), (error) => error.code === 8)
+  const landed = (await Promise.all(sends)).flat()
+  await flush
+  await disconnect
+  assert.ok(flushed)
+  assert.equal(landed.length, 64 * 64)
+  assert.deepEqual(
+    landed.map((metadata) => metadata.offset),
+    Array.from({ length: 64 * 64 }, (_, offset) => BigInt(offset)),
+    'offsets follow call order',
+  )
+  const messages = await readAll('burst', 1, 64 * 64)
+  assert.equal(messages.length, 64 * 64)
+  assert.deepEqual(
+    messages.map((message) => message.key.toString()),
+    Array.from({ length: 64 * 64 }, (_, at) => `${Math.floor(at / 64)}:${at % 64}`),
+  )
+  assert.ok(messages.every((message) => message.value.equals(value)))
+})
+
 test('a round trip keeps keys, values, headers, null keys and offsets as bigint', async () => {
   const admin = broker.weir.admin()
   assert.equal(await admin.createTopics({ topics: [{ topic: 'trip', numPartitions: 1 }] }), true)
