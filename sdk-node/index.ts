@@ -371,15 +371,16 @@ function unpack(polled: NativeTypes.Polled): (KafkaMessage & TopicPartition)[] {
   return messages
 }
 
-/** At most this many bytes of packing buffers are kept for reuse per producer. */
-const PACK_BUFFERS_KEPT_MAX = 16 * 1024 * 1024
+/** A producer with nothing unacknowledged lets its packing buffers go after this long (ms). */
+const PACK_BUFFERS_IDLE_MS = 1000
 
 /**
  * Buffers that packed sends reuse once the core has let go of them. A send of
  * many records packs them into one buffer of their bytes; a fresh one per
  * send would come from new pages every time (the kernel faults in and zeroes
  * each page: most of a large send's cost), so buffers of settled sends are
- * kept, up to `bytesMax` in all, and given to later sends.
+ * kept, up to `bytesMax` in all, and given to later sends; the producer lets
+ * them go once it has been idle a while.
  */
 class PackBuffers {
   /** Below this a send packs into a fresh buffer (Node pools small ones itself). */
@@ -452,13 +453,15 @@ export class Producer {
   /** Resolved when no send waits (`flush` and `disconnect` hand every send over first). */
   #handedOver: (() => void)[] = []
   readonly #buffers: PackBuffers
+  /** Lets the packing buffers go if the producer is still idle when it fires. */
+  #idle: NodeJS.Timeout | undefined
   #closing = false
 
   /** @internal */
   constructor(brokers: string[], settings: Record<string, string>) {
     this.#native = sync(() => new native.NativeProducer(brokers, settings))
     this.#bytesMax = this.#native.bufferMemory
-    this.#buffers = new PackBuffers(Math.min(this.#bytesMax, PACK_BUFFERS_KEPT_MAX))
+    this.#buffers = new PackBuffers(this.#bytesMax)
   }
 
   /** Resolves at once: connections are made as sends need them. */
@@ -533,6 +536,13 @@ export class Producer {
     }
     if (this.#waiting.length === 0 && this.#handedOver.length > 0) {
       for (const resolve of this.#handedOver.splice(0)) resolve()
+    }
+    if (this.#unsettled === 0 && this.#idle === undefined) {
+      this.#idle = setTimeout(() => {
+        this.#idle = undefined
+        if (this.#unsettled === 0) this.#buffers.clear()
+      }, PACK_BUFFERS_IDLE_MS)
+      this.#idle.unref()
     }
   }
 
