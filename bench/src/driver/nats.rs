@@ -28,10 +28,20 @@ impl NatsDriver {
     }
 }
 
+/// PubAcks a context lets be awaited at once. The harness bounds what is in
+/// flight itself (`--inflight-bytes`), as it does for every system; the
+/// client's own bound (5,000 by default) must not be lower: a publish past it
+/// waits for an earlier PubAck to be awaited, which the harness does only once
+/// its bound is reached, so 41,943 records of 100 B in flight never drained.
+const ACKS_IN_FLIGHT_MAX: usize = 1 << 22;
+
 /// A JetStream context that waits up to a minute for PubAcks (the default, 5 s, is
 /// shorter than the queue of a `sync_interval: always` server at full load).
 fn context(client: async_nats::Client) -> jetstream::Context {
-    jetstream::ContextBuilder::new().timeout(Duration::from_secs(60)).build(client)
+    jetstream::ContextBuilder::new()
+        .timeout(Duration::from_secs(60))
+        .max_ack_inflight(ACKS_IN_FLIGHT_MAX)
+        .build(client)
 }
 
 impl Driver for NatsDriver {
