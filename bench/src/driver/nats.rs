@@ -38,10 +38,7 @@ const ACKS_IN_FLIGHT_MAX: usize = 1 << 22;
 /// A JetStream context that waits up to a minute for PubAcks (the default, 5 s, is
 /// shorter than the queue of a `sync_interval: always` server at full load).
 fn context(client: async_nats::Client) -> jetstream::Context {
-    jetstream::ContextBuilder::new()
-        .timeout(Duration::from_secs(60))
-        .max_ack_inflight(ACKS_IN_FLIGHT_MAX)
-        .build(client)
+    jetstream::ContextBuilder::new().timeout(Duration::from_secs(60)).max_ack_inflight(ACKS_IN_FLIGHT_MAX).build(client)
 }
 
 impl Driver for NatsDriver {
