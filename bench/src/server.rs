@@ -422,17 +422,12 @@ impl Server {
 
     /// User + system CPU seconds of every thread of every member so far.
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        // SAFETY: sysconf has no preconditions.
-        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        let mut ticks = 0u64;
-        for member in &self.members {
-            let stat = fs::read_to_string(format!("/proc/{}/stat", member.child.id()))?;
-            // Fields after the command name (which may hold spaces) start at field 3.
-            let after_name = stat.rsplit_once(')').context("malformed /proc/pid/stat")?.1;
-            let fields: Vec<&str> = after_name.split_whitespace().collect();
-            ticks += fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-        }
-        Ok(ticks as f64 / ticks_per_second)
+        cpu_seconds_of(&self.pids())
+    }
+
+    /// The members' process ids (for [`cpu_seconds_of`] off the runtime).
+    pub fn pids(&self) -> Vec<u32> {
+        self.members.iter().map(|member| member.child.id()).collect()
     }
 
     /// Starts a new peak-memory window.
@@ -508,6 +503,21 @@ impl Server {
             }
         }
     }
+}
+
+/// User + system CPU seconds of every thread of the processes `pids` so far.
+pub fn cpu_seconds_of(pids: &[u32]) -> anyhow::Result<f64> {
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut ticks = 0u64;
+    for pid in pids {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        // Fields after the command name (which may hold spaces) start at field 3.
+        let after_name = stat.rsplit_once(')').context("malformed /proc/pid/stat")?.1;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        ticks += fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    }
+    Ok(ticks as f64 / ticks_per_second)
 }
 
 #[cfg(test)]

@@ -508,12 +508,24 @@ fn own_cpu_seconds() -> f64 {
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
-/// CPU spent inside `window` (sampled at its edges).
+/// CPU spent inside `window` (sampled at its edges), sampled on a thread of
+/// its own: the load generator is pinned to one CPU, so its runtime has one
+/// worker, and a producer task that seldom yields (Kafka's at 100 B) held a
+/// sampling task past the window's end: both samples came after it and read 0.
 async fn cpu_in_window(server: &Server, window: Window) -> anyhow::Result<CpuUse> {
-    tokio::time::sleep_until(window.start.into()).await;
-    let before = CpuUse::now(server)?;
-    tokio::time::sleep_until(window.end.into()).await;
-    before.since(server)
+    let pids = server.pids();
+    let sample = move || -> anyhow::Result<CpuUse> {
+        Ok(CpuUse { server: crate::server::cpu_seconds_of(&pids)?, generator: own_cpu_seconds() })
+    };
+    tokio::task::spawn_blocking(move || {
+        std::thread::sleep(window.start.saturating_duration_since(Instant::now()));
+        let before = sample()?;
+        std::thread::sleep(window.end.saturating_duration_since(Instant::now()));
+        let after = sample()?;
+        Ok(CpuUse { server: after.server - before.server, generator: after.generator - before.generator })
+    })
+    .await
+    .context("the CPU sampling thread")?
 }
 
 /// A spawned task, aborted if dropped before it is joined (a run that timed out
