@@ -420,12 +420,7 @@ impl Server {
         Err(last_error.context(format!("{} not ready after {} s; see {}", self.name, timeout.as_secs(), self.logs())))
     }
 
-    /// User + system CPU seconds of every thread of every member so far.
-    pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        cpu_seconds_of(&self.pids())
-    }
-
-    /// The members' process ids (for [`cpu_seconds_of`] off the runtime).
+    /// The members' process ids (their CPU: [`cpu_seconds_of`]).
     pub fn pids(&self) -> Vec<u32> {
         self.members.iter().map(|member| member.child.id()).collect()
     }

@@ -5,8 +5,9 @@
 //! - max rate: each producer keeps at most `inflight_bytes_max` of record bytes
 //!   unacknowledged (4 MiB: 4,096 records of 1 KiB, 41,943 of 100 B; a fixed
 //!   count of records with `--inflight-max`) and sends the next as soon as its
-//!   client accepts it; records go to the partitions in turn. Throughput counts acknowledgements that arrive inside
-//!   the measurement window (after the warm-up); latency is send→ack of every
+//!   client accepts it; records go to the partitions in turn. Throughput
+//!   counts acknowledgements that arrive inside the measurement window
+//!   (after the warm-up); latency is send→ack of every
 //!   record sent inside the window.
 //! - fixed rate: the same, paced to a total rate; each payload carries its send
 //!   time so a consumer running alongside measures end-to-end latency.
@@ -487,12 +488,21 @@ struct CpuUse {
 
 impl CpuUse {
     fn now(server: &Server) -> anyhow::Result<CpuUse> {
-        Ok(CpuUse { server: server.cpu_seconds()?, generator: own_cpu_seconds() })
+        CpuUse::of(&server.pids())
+    }
+
+    /// The CPU so far of the server processes `pids` and of this process.
+    fn of(pids: &[u32]) -> anyhow::Result<CpuUse> {
+        Ok(CpuUse { server: crate::server::cpu_seconds_of(pids)?, generator: own_cpu_seconds() })
     }
 
     fn since(self, server: &Server) -> anyhow::Result<CpuUse> {
-        let now = CpuUse::now(server)?;
-        Ok(CpuUse { server: now.server - self.server, generator: now.generator - self.generator })
+        Ok(self.until(CpuUse::now(server)?))
+    }
+
+    /// What was spent between `self` and `later`.
+    fn until(self, later: CpuUse) -> CpuUse {
+        CpuUse { server: later.server - self.server, generator: later.generator - self.generator }
     }
 }
 
@@ -514,15 +524,11 @@ fn own_cpu_seconds() -> f64 {
 /// sampling task past the window's end: both samples came after it and read 0.
 async fn cpu_in_window(server: &Server, window: Window) -> anyhow::Result<CpuUse> {
     let pids = server.pids();
-    let sample = move || -> anyhow::Result<CpuUse> {
-        Ok(CpuUse { server: crate::server::cpu_seconds_of(&pids)?, generator: own_cpu_seconds() })
-    };
     tokio::task::spawn_blocking(move || {
         std::thread::sleep(window.start.saturating_duration_since(Instant::now()));
-        let before = sample()?;
+        let before = CpuUse::of(&pids)?;
         std::thread::sleep(window.end.saturating_duration_since(Instant::now()));
-        let after = sample()?;
-        Ok(CpuUse { server: after.server - before.server, generator: after.generator - before.generator })
+        Ok(before.until(CpuUse::of(&pids)?))
     })
     .await
     .context("the CPU sampling thread")?
