@@ -18,14 +18,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use abi::weir_capnp::broker;
-use capnp_rpc::{rpc_twoparty_capnp, twoparty, RpcSystem};
-use futures::io::{BufReader, BufWriter};
+use capnp_rpc::{rpc_twoparty_capnp, RpcSystem};
+use futures::io::BufWriter;
+use rpc_net::{Network, SocketReader};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+use tokio_util::compat::TokioAsyncWriteCompatExt;
 
 use crate::error::ClientError;
 
-/// Socket buffer between the kernel and capnp's message reader/writer.
+/// Buffer between capnp's message writer and the socket.
 const SOCKET_BUFFER_BYTES: usize = 256 * 1024;
 /// Largest answer accepted from a broker (a fetch of several MiB plus framing).
 const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
@@ -139,8 +140,8 @@ fn run(
         let (reader, writer) = stream.into_split();
         let mut options = capnp::message::ReaderOptions::new();
         options.traversal_limit_in_words(Some(RESPONSE_BYTES_MAX / 8));
-        let network = twoparty::VatNetwork::new(
-            BufReader::with_capacity(SOCKET_BUFFER_BYTES, reader.compat()),
+        let network = Network::new(
+            SocketReader::new(reader, RESPONSE_BYTES_MAX),
             BufWriter::with_capacity(SOCKET_BUFFER_BYTES, writer.compat_write()),
             rpc_twoparty_capnp::Side::Client,
             options,

@@ -46,7 +46,6 @@ use crate::config::{ConsumerConfig, OffsetReset};
 use crate::connection::Connection;
 use crate::error::{broker_error, ClientError};
 use crate::record::ConsumerRecord;
-use crate::recycle::Recycler;
 
 type TopicPartition = (Arc<str>, i32);
 
@@ -88,8 +87,6 @@ pub(crate) struct Inner {
     /// `Consumer::wakeup` was called: the next (or the waiting) poll returns
     /// at once, empty.
     woken: std::sync::atomic::AtomicBool,
-    /// Fetched answers are copied into buffers earlier answers gave back.
-    recycler: Arc<Recycler>,
 }
 
 #[derive(Debug, Default)]
@@ -173,7 +170,6 @@ impl Consumer {
             wake: Notify::new(),
             closed: std::sync::atomic::AtomicBool::new(false),
             woken: std::sync::atomic::AtomicBool::new(false),
-            recycler: Arc::default(),
         };
         Consumer { inner: Arc::new(inner), membership: Mutex::new(None) }
     }
@@ -817,7 +813,6 @@ async fn fetch_many(inner: &Inner, connection: Connection, plans: Vec<Planned>) 
         (config.fetch_bytes_max, config.fetch_total_bytes_max, config.fetch_min_bytes);
     let max_wait_ms = config.fetch_max_wait.as_millis().min(u32::MAX as u128) as u32;
     let group_id = config.group_id.clone().unwrap_or_default();
-    let recycler = inner.recycler.clone();
     let call = connection.call(move |client: broker::Client| async move {
         let mut request = client.fetch_many_request();
         let mut builder = request.get().init_request();
@@ -842,7 +837,7 @@ async fn fetch_many(inner: &Inner, connection: Connection, plans: Vec<Planned>) 
         for answer in answers.iter() {
             out.push(match answer.has_error() {
                 true => Err(broker_error(answer.get_error()?)),
-                false => Ok((recycler.copy(answer.get_batches()?), answer.get_high_watermark())),
+                false => Ok((fetched_bytes(answer.get_batches()?), answer.get_high_watermark())),
             });
         }
         Ok(out)
@@ -855,6 +850,18 @@ async fn fetch_many(inner: &Inner, connection: Connection, plans: Vec<Planned>) 
     match outcome {
         Ok(answers) => plans.into_iter().zip(answers).collect(),
         Err(error) => plans.into_iter().map(|plan| (plan, Err(error.clone()))).collect(),
+    }
+}
+
+/// A fetched answer's batches as `Bytes` for its records to share: the
+/// received message's own memory (no copy) when it is big enough that holding
+/// on to the message for it costs little, else a copy its own size (a few
+/// records an application keeps should not pin a 64 KiB read buffer).
+fn fetched_bytes(batches: &[u8]) -> Bytes {
+    const SHARED_BYTES_MIN: usize = 16 * 1024;
+    match batches.len() >= SHARED_BYTES_MIN {
+        true => rpc_net::shared(batches).unwrap_or_else(|| Bytes::copy_from_slice(batches)),
+        false => Bytes::copy_from_slice(batches),
     }
 }
 

@@ -55,7 +55,6 @@ pub mod partitioner {
 pub mod plugins;
 pub mod producer;
 pub mod record;
-mod recycle;
 mod wasm_partitioner;
 
 pub use abi::batch::{BatchBuilder, Compression, RecordBatch};

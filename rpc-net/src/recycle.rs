@@ -1,14 +1,14 @@
-//! Buffers for fetched answers, used again once every record made from them
-//! is dropped.
+//! Buffers for large received messages (fetch answers), used again once every
+//! record made from them is dropped.
 //!
-//! A fetched answer is copied out of its Cap'n Proto message into a buffer its
-//! records share (up to `max.partition.fetch.bytes`, a few MiB). A fresh
-//! allocation per answer leaves that copy at the mercy of the allocator's
-//! state: in a host process that had just produced a few hundred MB (a Node
-//! benchmark), the connection thread wrote every fetched byte into freshly
-//! faulted pages, a third of the consumer's page faults and several percent
-//! of its CPU. A buffer given back here keeps its pages, so the next answer
-//! is copied into memory that is already mapped.
+//! A connection reads each large message into a buffer of its own, which the
+//! records of a fetch answer then share (a few MiB). A fresh allocation per
+//! answer leaves that read at the mercy of the allocator's state: in a host
+//! process that had just produced a few hundred MB (a Node benchmark), the
+//! connection thread wrote every fetched byte into freshly faulted pages, a
+//! third of the consumer's page faults and several percent of its CPU. A
+//! buffer given back here keeps its pages, so the next answer lands in
+//! memory that is already mapped.
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -30,12 +30,9 @@ struct Kept {
 }
 
 impl Recycler {
-    /// `bytes` copied into a kept buffer (or a new one); the buffer comes back
-    /// here when the last `Bytes` sharing it is dropped.
-    pub(crate) fn copy(self: &Arc<Self>, bytes: &[u8]) -> Bytes {
-        if bytes.is_empty() {
-            return Bytes::new();
-        }
+    /// An empty buffer with room for `capacity` bytes: a kept one when there is
+    /// one (its pages are mapped already), else a new one.
+    pub(crate) fn take(&self, capacity: usize) -> Vec<u8> {
         let kept = {
             let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let buffer = kept.buffers.pop();
@@ -46,7 +43,13 @@ impl Recycler {
         };
         let mut buffer = kept.unwrap_or_default();
         buffer.clear();
-        buffer.extend_from_slice(bytes);
+        buffer.reserve_exact(capacity);
+        buffer
+    }
+
+    /// `buffer` as `Bytes`; it comes back here when the last `Bytes` sharing it
+    /// is dropped.
+    pub(crate) fn share(self: &Arc<Self>, buffer: Vec<u8>) -> Bytes {
         Bytes::from_owner(Lent { buffer, home: Arc::downgrade(self) })
     }
 
@@ -91,10 +94,17 @@ mod tests {
 
     use super::*;
 
+    /// `bytes` in a buffer from `recycler`, as a connection reads a message.
+    fn lend(recycler: &Arc<Recycler>, bytes: &[u8]) -> Bytes {
+        let mut buffer = recycler.take(bytes.len());
+        buffer.extend_from_slice(bytes);
+        recycler.share(buffer)
+    }
+
     #[test]
     fn a_dropped_answer_lends_its_buffer_to_the_next() {
         let recycler = Arc::new(Recycler::default());
-        let first = recycler.copy(b"first answer");
+        let first = lend(&recycler, b"first answer");
         let address = first.as_ptr();
         let record = first.slice(6..12);
         drop(first);
@@ -102,23 +112,22 @@ mod tests {
         assert_eq!(&record[..], b"answer");
         drop(record);
         assert_eq!(recycler.kept().0, 1);
-        let second = recycler.copy(b"second");
+        let second = lend(&recycler, b"second");
         assert_eq!(second.as_ptr(), address, "the same memory, used again");
         assert_eq!(&second[..], b"second");
         assert_eq!(recycler.kept(), (0, 0));
-        assert!(recycler.copy(b"").is_empty());
     }
 
     #[test]
     fn kept_buffers_are_bounded_and_die_with_the_recycler() {
         let recycler = Arc::new(Recycler::default());
         let big = vec![7u8; KEPT_BYTES_MAX / 2 + 1];
-        let answers: Vec<Bytes> = (0..3).map(|_| recycler.copy(&big)).collect();
+        let answers: Vec<Bytes> = (0..3).map(|_| lend(&recycler, &big)).collect();
         drop(answers);
         let (count, capacity) = recycler.kept();
         assert_eq!(count, 1, "a second buffer would pass the bound");
         assert!(capacity <= KEPT_BYTES_MAX);
-        let outlives = recycler.copy(b"outlives");
+        let outlives = lend(&recycler, b"outlives");
         drop(recycler);
         assert_eq!(&outlives[..], b"outlives");
         drop(outlives); // nowhere to go back to: freed
