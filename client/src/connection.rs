@@ -145,7 +145,8 @@ fn run(
             BufWriter::with_capacity(SOCKET_BUFFER_BYTES, writer.compat_write()),
             rpc_twoparty_capnp::Side::Client,
             options,
-        );
+        )
+        .sharing_slices();
         let mut rpc = RpcSystem::new(Box::new(network), None);
         let client: broker::Client = rpc.bootstrap(rpc_twoparty_capnp::Side::Server);
         let _ = ready.send(Ok(()));

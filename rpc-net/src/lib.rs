@@ -13,9 +13,10 @@
 //! [`SocketReader`] (the client's) cuts small messages out of a shared read
 //! buffer and reads large ones (fetch answers) into a buffer of their own,
 //! taken from a recycler (`recycle.rs`) so its pages are mapped already; the
-//! broker's guarded reader is another source. While a message is alive on its
-//! thread, [`shared`] turns any slice of it (a fetch's `batches`) into a
-//! `Bytes` sharing that memory: no copy.
+//! broker's guarded reader is another source. While a message of a network
+//! made [`Network::sharing_slices`] is alive on its thread, [`shared`] turns
+//! any slice of it (a fetch's `batches`) into a `Bytes` sharing that memory:
+//! no copy.
 //!
 //! Sending is capnp-futures' write queue, as in `twoparty`.
 
@@ -51,8 +52,8 @@ thread_local! {
 }
 
 /// `slice` as `Bytes` sharing the memory of the received message it lies in,
-/// with no copy; `None` when it lies in no message alive on this thread (a
-/// message of another network, or memory that is not a message).
+/// with no copy; `None` when it lies in no message alive on this thread of a
+/// network [`Network::sharing_slices`] (or in memory that is not a message).
 pub fn shared(slice: &[u8]) -> Option<Bytes> {
     let (start, end) = (slice.as_ptr() as usize, slice.as_ptr() as usize + slice.len());
     RECEIVED.with_borrow(|received| {
@@ -106,10 +107,23 @@ impl<S: MessageSource> Network<S> {
             sender,
             side,
             options,
+            sharing: false,
             ended: Some(ended),
         }));
         let weak = Rc::downgrade(&inner);
         Network { connection: Some(Connection { inner }), weak, driver, side }
+    }
+}
+
+impl<S: MessageSource> Network<S> {
+    /// Registers every message while it lives, so that [`shared`] finds
+    /// slices of it (a client's fetch answers). Off by default: a broker
+    /// needs none, and keeping the list costs a look-up per message.
+    pub fn sharing_slices(self) -> Network<S> {
+        if let Some(connection) = &self.connection {
+            connection.inner.borrow_mut().sharing = true;
+        }
+        self
     }
 }
 
@@ -148,6 +162,8 @@ struct Inner<S: MessageSource> {
     sender: Sender,
     side: Side,
     options: ReaderOptions,
+    /// Whether messages are registered for [`shared`].
+    sharing: bool,
     /// Fired when the RPC system lets go of the connection.
     ended: Option<oneshot::Sender<()>>,
 }
@@ -175,9 +191,9 @@ impl<S: MessageSource> capnp_rpc::Connection<Side> for Connection<S> {
     }
 
     fn receive_incoming_message(&mut self) -> Promise<Option<Box<dyn capnp_rpc::IncomingMessage>>, capnp::Error> {
-        let (slot, options) = {
+        let (slot, options, sharing) = {
             let inner = self.inner.borrow();
-            (inner.source.clone(), inner.options)
+            (inner.source.clone(), inner.options, inner.sharing)
         };
         let Some(mut source) = slot.borrow_mut().take() else {
             return Promise::err(capnp::Error::failed("a message is already being read".to_owned()));
@@ -187,7 +203,8 @@ impl<S: MessageSource> capnp_rpc::Connection<Side> for Connection<S> {
             *slot.borrow_mut() = Some(source);
             Ok(match message? {
                 Some(bytes) => {
-                    Some(Box::new(IncomingMessage::new(bytes, options)?) as Box<dyn capnp_rpc::IncomingMessage>)
+                    let message = IncomingMessage::new(bytes, options, sharing)?;
+                    Some(Box::new(message) as Box<dyn capnp_rpc::IncomingMessage>)
                 }
                 None => None,
             })
@@ -232,13 +249,17 @@ impl capnp_rpc::OutgoingMessage for OutgoingMessage {
 /// A received message, registered for [`shared`] while it lives.
 struct IncomingMessage {
     message: capnp::message::Reader<Segments>,
+    /// Whether it is in `RECEIVED`.
+    registered: bool,
 }
 
 impl IncomingMessage {
-    fn new(bytes: Bytes, options: ReaderOptions) -> capnp::Result<IncomingMessage> {
+    fn new(bytes: Bytes, options: ReaderOptions, register: bool) -> capnp::Result<IncomingMessage> {
         let segments = Segments::parse(bytes)?;
-        RECEIVED.with_borrow_mut(|received| received.push(segments.bytes.clone()));
-        Ok(IncomingMessage { message: capnp::message::Reader::new(segments, options) })
+        if register {
+            RECEIVED.with_borrow_mut(|received| received.push(segments.bytes.clone()));
+        }
+        Ok(IncomingMessage { message: capnp::message::Reader::new(segments, options), registered: register })
     }
 }
 
@@ -250,6 +271,9 @@ impl capnp_rpc::IncomingMessage for IncomingMessage {
 
 impl Drop for IncomingMessage {
     fn drop(&mut self) {
+        if !self.registered {
+            return;
+        }
         let bytes = &self.message.get_segments().bytes;
         // Messages die in about the order they came: the oldest is near the front.
         let _ = RECEIVED.try_with(|received| {
@@ -444,7 +468,7 @@ mod tests {
     }
 
     fn texts(bytes: Bytes) -> Vec<String> {
-        let message = IncomingMessage::new(bytes, ReaderOptions::new()).unwrap();
+        let message = IncomingMessage::new(bytes, ReaderOptions::new(), false).unwrap();
         let list: capnp::text_list::Reader<'_> = message.message.get_root().unwrap();
         list.iter().map(|text| text.unwrap().to_string().unwrap()).collect()
     }
@@ -507,7 +531,7 @@ mod tests {
     #[test]
     fn slices_of_live_messages_are_shared_not_copied() {
         let bytes = Bytes::from(framed(&message("shared", 0)));
-        let incoming = IncomingMessage::new(bytes.clone(), ReaderOptions::new()).unwrap();
+        let incoming = IncomingMessage::new(bytes.clone(), ReaderOptions::new(), true).unwrap();
         let inside = &bytes[16..40];
         let shared_slice = shared(inside).unwrap();
         assert_eq!(shared_slice.as_ptr(), inside.as_ptr(), "the same memory");
