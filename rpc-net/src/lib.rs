@@ -5,15 +5,16 @@
 //! capnp-rpc's own `twoparty` network reads each message into segments it
 //! allocates zeroed, and the message is `!Send` and dies with its call: a
 //! client had to copy a fetch answer's record bytes out before another thread
-//! could see them, and the broker copied every request from its guarded read
-//! buffer into capnp's zeroed segments. Profiled on a Go consumer, the
-//! zeroing was 7% of its CPU and the copy out 13%; on the broker taking 1 KiB
-//! produce requests, zeroing 9% and copying 7.5%. Here a [`MessageSource`]
-//! hands whole messages over as `Bytes` the kernel wrote once:
-//! [`SocketReader`] (the client's) cuts small messages out of a shared read
-//! buffer and reads large ones (fetch answers) into a buffer of their own,
-//! taken from a recycler (`recycle.rs`) so its pages are mapped already; the
-//! broker's guarded reader is another source. While a message of a network
+//! could see them. Profiled on a Go consumer, the zeroing was 7% of its CPU
+//! and the copy out 13%. Here a [`MessageSource`] hands whole messages over
+//! as `Bytes` the kernel wrote once: [`SocketReader`] (the client's) cuts
+//! small messages out of a shared read buffer and reads large ones (fetch
+//! answers) into a buffer of their own, taken from a recycler (`recycle.rs`)
+//! so its pages are mapped already. (The broker still reads requests through
+//! `twoparty` after its guarded reader: profiled taking 1 KiB produce
+//! requests, that zeroing is 9% of its CPU and the copy 7.5%; moving it here
+//! held a large request's read buffer past its call, see ARCHITECTURE.md.)
+//! While a message of a network
 //! made [`Network::sharing_slices`] is alive on its thread, [`shared`] turns
 //! any slice of it (a fetch's `batches`) into a `Bytes` sharing that memory:
 //! no copy.
@@ -117,7 +118,7 @@ impl<S: MessageSource> Network<S> {
 
 impl<S: MessageSource> Network<S> {
     /// Registers every message while it lives, so that [`shared`] finds
-    /// slices of it (a client's fetch answers). Off by default: a broker
+    /// slices of it (a client's fetch answers). Off by default: a server
     /// needs none, and keeping the list costs a look-up per message.
     pub fn sharing_slices(self) -> Network<S> {
         if let Some(connection) = &self.connection {

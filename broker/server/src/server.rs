@@ -325,8 +325,8 @@ async fn serve_connection(stream: TcpStream, slots: ConnectionSlots, node: Arc<N
     let connection = ConnectionState::new(limits.connection());
     // The guarded reader buffers and frames requests itself; the writer counts
     // what reaches the socket (below the write buffer).
-    let network = rpc_net::Network::new(
-        GuardedReader::new(reader, connection.clone()),
+    let network = twoparty::VatNetwork::new(
+        GuardedReader::new(reader.compat(), connection.clone()),
         BufWriter::with_capacity(SOCKET_BUFFER_BYTES, GuardedWriter::new(writer.compat_write(), connection.clone())),
         rpc_twoparty_capnp::Side::Server,
         options,

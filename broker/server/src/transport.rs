@@ -2,12 +2,11 @@
 //! so that no client — however it sends or fails to read — can make the broker
 //! hold memory it did not earn.
 //!
-//! - [`GuardedReader`] frames Cap'n Proto messages itself and hands each one to
-//!   the RPC system (an `rpc_net::MessageSource`) only once all of its bytes have
-//!   arrived, as `Bytes` cut out of its read buffer: no copy, no zeroing. capnp's
-//!   own reader allocates (and zeroes) the size a frame header *declares* before
-//!   the body arrives, so an 8-byte header alone used to commit
-//!   `request_bytes_max`; here the buffer grows with bytes received. It also enforces the connection's timeouts (a started
+//! - [`GuardedReader`] frames Cap'n Proto messages itself and hands capnp a message
+//!   only once all of its bytes have arrived. capnp's own reader allocates (and
+//!   zeroes) the size a frame header *declares* before the body arrives, so an
+//!   8-byte header alone used to commit `request_bytes_max`; here the buffer grows
+//!   with bytes received. It also enforces the connection's timeouts (a started
 //!   request must complete within `request_timeout_ms`; a connection with nothing
 //!   in flight closes after `idle_timeout_ms`) and stops reading requests while
 //!   the connection's answers are not being read (below).
@@ -27,24 +26,21 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use futures::io::AsyncWrite;
-use tokio::io::AsyncRead;
+use futures::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
-use tokio_util::io::poll_read_buf;
-
-use rpc_net::{MessageSource, SEGMENTS_MAX};
 
 /// Bytes read from the socket at a time (the buffer grows by at most this much
 /// beyond the bytes actually received).
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Buffer the reader keeps between messages; a bigger one (after a large request)
-/// is let go (its memory is freed with the request).
+/// is released.
 const BUFFER_KEPT_BYTES: usize = 256 * 1024;
 /// Requests at least this big count against `in_flight_request_bytes_max`
 /// (small ones are bounded by `in_flight_calls_max` alone).
 const LARGE_REQUEST_BYTES: usize = 64 * 1024;
+/// Most segments a message may have (capnp's own limit).
+const SEGMENTS_MAX: usize = 512;
 
 /// The limits one connection enforces.
 #[derive(Clone, Copy, Debug)]
@@ -230,8 +226,13 @@ enum Frame {
 pub struct GuardedReader<R> {
     inner: R,
     state: Rc<ConnectionState>,
-    /// Received bytes not yet handed out: the start of the next messages.
-    buffer: BytesMut,
+    /// Received bytes not yet handed to capnp are `buffer[start..end]`; the rest of
+    /// `buffer` is initialized room for the next reads (zeroed once, reused).
+    buffer: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Bytes at `start` that belong to complete messages.
+    ready: usize,
     /// Wakes the reader for the next timeout check.
     timer: Pin<Box<Sleep>>,
     /// When the request at the front started arriving.
@@ -244,16 +245,23 @@ impl<R> GuardedReader<R> {
         GuardedReader {
             inner,
             state,
-            buffer: BytesMut::new(),
+            buffer: Vec::new(),
+            start: 0,
+            end: 0,
+            ready: 0,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             request_started: None,
             eof: false,
         }
     }
 
+    fn pending(&self) -> &[u8] {
+        &self.buffer[self.start..self.end]
+    }
+
     /// The size of the message at the front, once its segment table is in.
     fn frame(&self) -> io::Result<Frame> {
-        let bytes = &self.buffer[..];
+        let bytes = self.pending();
         if bytes.len() < 4 {
             return Ok(Frame::Unknown);
         }
@@ -280,92 +288,114 @@ impl<R> GuardedReader<R> {
         Ok(Frame::Sized(size))
     }
 
-    /// The whole message of `size` bytes at the front, cut out of the buffer.
-    fn hand_out(&mut self, size: usize) -> Bytes {
-        let message = self.buffer.split_to(size).freeze();
-        // Let go of the room a large request needed (the message now holds it,
-        // and frees it when its call is done with it); keep a normal one.
-        if self.buffer.is_empty() && size + self.buffer.capacity() > BUFFER_KEPT_BYTES {
-            self.buffer = BytesMut::new();
-            memory_freed();
+    /// Hands out up to `out.len()` pending bytes.
+    fn hand_out(&mut self, out: &mut [u8], available: usize) -> usize {
+        let n = available.min(out.len());
+        out[..n].copy_from_slice(&self.buffer[self.start..self.start + n]);
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            // Release the room a large request needed; keep a normal one.
+            if self.buffer.len() > BUFFER_KEPT_BYTES {
+                self.buffer = Vec::new();
+                memory_freed();
+            }
         }
-        message
+        n
+    }
+
+    /// Makes room for `want` more bytes after `end`, moving pending bytes to the
+    /// front when that avoids growing.
+    fn room_for(&mut self, want: usize) {
+        if self.buffer.len() - self.end >= want {
+            return;
+        }
+        if self.start > 0 {
+            self.buffer.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buffer.len() - self.end < want {
+            self.buffer.resize(self.end + want, 0);
+        }
     }
 }
 
-impl<R: AsyncRead + Unpin + 'static> MessageSource for GuardedReader<R> {
-    fn poll_message(&mut self, cx: &mut Context<'_>) -> Poll<capnp::Result<Option<Bytes>>> {
-        let failed = |error: io::Error| Poll::Ready(Err(capnp::Error::from(error)));
+impl<R: AsyncRead + Unpin> AsyncRead for GuardedReader<R> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
         loop {
+            if this.ready > 0 {
+                let n = this.hand_out(out, this.ready);
+                this.ready -= n;
+                return Poll::Ready(Ok(n));
+            }
             // Between messages: take no new request while the peer is not reading
             // its answers, or its large requests are still being served.
-            if self.state.reading_paused() {
-                *self.state.reader.borrow_mut() = Some(cx.waker().clone());
-                if self.state.reading_paused() {
+            if this.state.reading_paused() {
+                *this.state.reader.borrow_mut() = Some(cx.waker().clone());
+                if this.state.reading_paused() {
                     // Our own pause: no request timeout runs meanwhile (a started
                     // request's clock restarts when reading does).
-                    self.request_started = None;
-                    return self.poll_timeouts(cx, true).map(|error| Err(error.into()));
+                    this.request_started = None;
+                    return this.poll_timeouts(cx, true);
                 }
                 continue;
             }
-            let frame = match self.frame() {
-                Ok(frame) => frame,
-                Err(error) => return failed(error),
-            };
+            let frame = this.frame()?;
             if let Frame::Sized(size) = frame {
-                if self.buffer.len() >= size {
-                    self.state.request_read(size);
+                if this.pending().len() >= size {
+                    this.ready = size;
+                    this.state.request_read(size);
                     // Bytes of the next request may already be here: its clock starts now.
-                    self.request_started = (self.buffer.len() > size).then(Instant::now);
-                    return Poll::Ready(Ok(Some(self.hand_out(size))));
+                    this.request_started = (this.pending().len() > size).then(Instant::now);
+                    continue;
                 }
             }
-            if self.eof {
-                // A message cut by the peer's close is an error; a close between
-                // messages ends the connection cleanly.
-                return Poll::Ready(match self.buffer.is_empty() {
-                    true => Ok(None),
-                    false => Err(capnp::Error::from_kind(capnp::ErrorKind::PrematureEndOfFile)),
-                });
+            if this.eof {
+                // A message cut by the peer's close: capnp reports it.
+                let available = this.pending().len();
+                return Poll::Ready(Ok(this.hand_out(out, available)));
             }
-            let between_messages = self.buffer.is_empty();
+            let between_messages = this.pending().is_empty();
             // Grow with bytes received, never with sizes declared.
             let want = match frame {
-                Frame::Sized(size) => (size - self.buffer.len()).min(READ_CHUNK_BYTES),
+                Frame::Sized(size) => (size - this.pending().len()).min(READ_CHUNK_BYTES),
                 Frame::Unknown => READ_CHUNK_BYTES,
             };
-            self.buffer.reserve(want);
-            let this = &mut *self;
-            match poll_read_buf(Pin::new(&mut this.inner), cx, &mut (&mut this.buffer).limit(want)) {
-                Poll::Ready(Ok(0)) => self.eof = true,
-                Poll::Ready(Ok(_)) => {
-                    self.state.last_activity.set(Instant::now());
+            this.room_for(want);
+            let end = this.end;
+            match Pin::new(&mut this.inner).poll_read(cx, &mut this.buffer[end..end + want]) {
+                Poll::Ready(Ok(0)) => this.eof = true,
+                Poll::Ready(Ok(n)) => {
+                    this.end += n;
+                    this.state.last_activity.set(Instant::now());
                     if between_messages {
-                        self.request_started = Some(Instant::now());
+                        this.request_started = Some(Instant::now());
                     }
                 }
-                Poll::Ready(Err(error)) => return failed(error),
-                Poll::Pending => return self.poll_timeouts(cx, between_messages).map(|error| Err(error.into())),
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Pending => return this.poll_timeouts(cx, between_messages),
             }
         }
     }
 }
 
 impl<R> GuardedReader<R> {
-    /// Nothing to read now: the error failing the connection if a timeout
-    /// passed, else pending with the timer armed for the next check.
-    fn poll_timeouts(&mut self, cx: &mut Context<'_>, between_messages: bool) -> Poll<io::Error> {
+    /// Nothing to read now: fails the connection if a timeout passed, else arms
+    /// the timer for the next check and stays pending.
+    fn poll_timeouts(&mut self, cx: &mut Context<'_>, between_messages: bool) -> Poll<io::Result<usize>> {
         let limits = self.state.limits;
         let now = Instant::now();
         let deadline = if between_messages {
             let deadline = self.state.last_activity.get() + limits.idle_timeout;
             if now >= deadline {
                 if self.state.idle() {
-                    return Poll::Ready(io::Error::new(
+                    return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         format!("no bytes moved for {} ms with no call in flight", limits.idle_timeout.as_millis()),
-                    ));
+                    )));
                 }
                 // A call is in flight (a long poll): look again later.
                 now + limits.idle_timeout.min(Duration::from_secs(1))
@@ -376,10 +406,10 @@ impl<R> GuardedReader<R> {
             let started = *self.request_started.get_or_insert(now);
             let deadline = started + limits.request_timeout;
             if now >= deadline {
-                return Poll::Ready(io::Error::new(
+                return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!("a request did not arrive whole within {} ms", limits.request_timeout.as_millis()),
-                ));
+                )));
             }
             deadline
         };
@@ -454,10 +484,9 @@ pub fn give_back_memory() {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Cursor;
     use std::task::Waker;
 
-    use tokio::io::ReadBuf;
+    use futures::io::Cursor;
 
     use super::*;
 
@@ -479,15 +508,15 @@ mod tests {
         bytes
     }
 
-    /// Takes whole messages until `want` bytes of them came or the reader is
-    /// pending: the bytes taken, and whether it is pending.
+    /// Reads until `want` bytes came or the reader is pending.
     fn read_now(reader: &mut GuardedReader<Cursor<Vec<u8>>>, want: usize) -> (usize, bool) {
         let mut context = Context::from_waker(Waker::noop());
+        let mut buffer = vec![0u8; want];
         let mut read = 0;
         while read < want {
-            match reader.poll_message(&mut context) {
-                Poll::Ready(Ok(None)) => return (read, false),
-                Poll::Ready(Ok(Some(message))) => read += message.len(),
+            match Pin::new(&mut *reader).poll_read(&mut context, &mut buffer[read..]) {
+                Poll::Ready(Ok(0)) => return (read, false),
+                Poll::Ready(Ok(n)) => read += n,
                 Poll::Ready(Err(error)) => panic!("{error}"),
                 Poll::Pending => return (read, true),
             }
@@ -524,11 +553,10 @@ mod tests {
     struct Stalled(Cursor<Vec<u8>>);
 
     impl AsyncRead for Stalled {
-        fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<io::Result<usize>> {
             let this = self.get_mut();
-            let before = out.filled().len();
             match Pin::new(&mut this.0).poll_read(cx, out) {
-                Poll::Ready(Ok(())) if out.filled().len() == before => Poll::Pending,
+                Poll::Ready(Ok(0)) => Poll::Pending,
                 other => other,
             }
         }
@@ -542,9 +570,10 @@ mod tests {
         partial.truncate(108);
         let mut reader = GuardedReader::new(Stalled(Cursor::new(partial)), state);
         let mut context = Context::from_waker(Waker::noop());
-        let outcome = reader.poll_message(&mut context);
+        let mut buffer = [0u8; 16];
+        let outcome = Pin::new(&mut reader).poll_read(&mut context, &mut buffer);
         assert!(outcome.is_pending(), "nothing of an incomplete message is handed on");
-        assert_eq!(reader.buffer.len(), 108);
+        assert_eq!(reader.end, 108);
         assert!(reader.buffer.capacity() <= 2 * READ_CHUNK_BYTES, "buffer {} bytes", reader.buffer.capacity());
     }
 
@@ -553,7 +582,8 @@ mod tests {
         let state = ConnectionState::new(limits());
         let mut reader = GuardedReader::new(Cursor::new(message((2 << 20) / 8)[..8].to_vec()), state);
         let mut context = Context::from_waker(Waker::noop());
-        let outcome = reader.poll_message(&mut context);
+        let mut buffer = [0u8; 8];
+        let outcome = Pin::new(&mut reader).poll_read(&mut context, &mut buffer);
         assert!(
             matches!(&outcome, Poll::Ready(Err(error)) if error.to_string().contains("more than request_bytes_max")),
             "{outcome:?}"
