@@ -119,9 +119,9 @@ export interface TopicPartitionOffset extends TopicPartition {
  * Sends records; `send` resolves once they are acknowledged.
  *
  * Sends go to the core in call order, each packed into one buffer. They are
- * packed while less than `bufferMemory` bytes of packed records are
- * unacknowledged (so the last one packed may go past it); later sends wait
- * here, unpacked, until earlier ones settle, so a burst of sends costs the
+ * packed while less than `bufferMemory` bytes (at most 16 MiB) of packed
+ * records are unacknowledged (so the last one packed may go past it); later
+ * sends wait here, unpacked, until earlier ones settle, so a burst of sends costs the
  * memory of its messages and not a second copy of them. A waiting send reads
  * its messages when it is packed: do not change them before its promise
  * settles.

@@ -7,6 +7,7 @@ const { spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const path = require('node:path')
 const { after, before, test } = require('node:test')
+const { inspect } = require('node:util')
 
 const weirModule = require('..')
 const {
@@ -103,6 +104,10 @@ test('a round trip keeps keys, values, headers, null keys and offsets as bigint'
     ],
   )
   assert.equal(typeof sent[0].timestamp, 'bigint')
+  // Offsets and timestamps are read on access; printing and JSON see every field.
+  assert.match(inspect(sent[1]), /offset: 1n,\s+timestamp: \d+n/)
+  assert.deepEqual(Object.keys(sent[1].toJSON()), ['topicName', 'partition', 'errorCode', 'offset', 'timestamp'])
+  assert.throws(() => JSON.stringify(sent), /BigInt/, 'a bigint is refused, as for a plain object')
   await producer.disconnect()
 
   const read = await readAll('trip', 1, 3)
