@@ -349,7 +349,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let report = Report {
         date: today_utc(),
-        mode: if args.smoke { "smoke" } else { "full" }.to_owned(),
+        mode: match (args.smoke, WorkloadId::DEFAULT.iter().all(|default| workloads.contains(default))) {
+            (true, _) => "smoke",
+            (false, true) => "full",
+            (false, false) => "partial",
+        }
+        .to_owned(),
         command: command_line(std::env::args()),
         machine: Machine::read(),
         pinning,

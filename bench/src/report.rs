@@ -16,7 +16,7 @@ use crate::workload::{Headline, Measurement, Settings, WorkloadId};
 pub struct Report {
     /// `YYYY-MM-DD`, UTC.
     pub date: String,
-    /// `full` or `smoke`.
+    /// `full` (every default workload), `partial` (the workloads named) or `smoke`.
     pub mode: String,
     pub command: String,
     pub machine: Machine,
