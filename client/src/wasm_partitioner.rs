@@ -7,7 +7,9 @@
 //! same way.
 //!
 //! Compiling takes seconds for a Python or JavaScript component, so compiled
-//! code is kept: once per process by digest, and between processes in a
+//! code is kept: once per process by digest while a producer uses it (a
+//! long-lived process that meets many partitioners over time keeps only the
+//! code of those in use), and between processes in a
 //! per-user cache directory ([`cache_dir`]), where a later producer loads it
 //! in milliseconds without fetching the module. What happened (compiled, or
 //! loaded from the cache) is a line of the plugin's log, reported to the
@@ -15,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use abi::ErrorCode;
@@ -36,8 +38,32 @@ fn engine() -> Result<&'static PluginEngine, ClientError> {
     Ok(ENGINE.get_or_init(|| engine))
 }
 
-/// Compiled partitioners of this process, by digest.
-static COMPILED: OnceLock<Mutex<HashMap<String, Arc<CompiledPlugin>>>> = OnceLock::new();
+/// Compiled partitioners that producers of this process use, by digest.
+static COMPILED: OnceLock<Mutex<InUse<CompiledPlugin>>> = OnceLock::new();
+
+/// Values by key, held weakly: a value is found while something else holds
+/// it, and its entry goes at the next insert after the last holder drops it.
+#[derive(Debug)]
+struct InUse<T>(HashMap<String, Weak<T>>);
+
+impl<T> Default for InUse<T> {
+    fn default() -> InUse<T> {
+        InUse(HashMap::new())
+    }
+}
+
+impl<T> InUse<T> {
+    fn get(&self, key: &str) -> Option<Arc<T>> {
+        self.0.get(key).and_then(Weak::upgrade)
+    }
+
+    /// Keeps `value` findable under `key` (while it is held), dropping the
+    /// entries of values no longer held.
+    fn insert(&mut self, key: String, value: &Arc<T>) {
+        self.0.retain(|_, held| held.strong_count() > 0);
+        self.0.insert(key, Arc::downgrade(value));
+    }
+}
 
 /// Artifacts the cache directory keeps (the least recently written go first).
 const CACHED_MAX: usize = 16;
@@ -261,7 +287,7 @@ async fn compiled(
 ) -> Result<Arc<CompiledPlugin>, ClientError> {
     let in_process = COMPILED.get_or_init(Mutex::default);
     if let Some(compiled) = in_process.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(digest) {
-        return Ok(compiled.clone());
+        return Ok(compiled);
     }
     let engine = engine()?;
     let dir = cache_dir();
@@ -298,7 +324,7 @@ async fn compiled(
         }
     };
     let compiled = Arc::new(compiled);
-    in_process.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(digest.to_owned(), compiled.clone());
+    in_process.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(digest.to_owned(), &compiled);
     Ok(compiled)
 }
 
@@ -317,4 +343,26 @@ pub(crate) fn choose(
     let partitions =
         plugin.partition(topic, partition_count, &mut batch).map_err(|error| failed(&error.to_string()))?;
     Ok(partitions.into_iter().next().flatten())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn code_is_found_while_held_and_forgotten_once_dropped() {
+        let mut in_use = InUse::default();
+        let first = Arc::new(String::from("code of a"));
+        in_use.insert("a".to_owned(), &first);
+        assert!(Arc::ptr_eq(&in_use.get("a").unwrap(), &first), "the same code while a producer holds it");
+        assert!(in_use.get("b").is_none());
+        drop(first);
+        assert!(in_use.get("a").is_none(), "no producer holds it: loaded or compiled again");
+        let second = Arc::new(String::from("code of b"));
+        in_use.insert("b".to_owned(), &second);
+        assert_eq!(in_use.0.len(), 1, "the dropped entry went with the next insert");
+        assert_eq!(*in_use.get("b").unwrap(), "code of b");
+    }
 }
