@@ -8,8 +8,9 @@
 //!    less than `prefetch_bytes_max` bytes and is in no call yet, group them by
 //!    leader, and send them in `fetchMany` long polls (`fetch_min_bytes`,
 //!    `fetch_max_wait`, at most `fetch_bytes_max` per partition and
-//!    `fetch_total_bytes_max` in all), at most `FETCHES_IN_FLIGHT_PER_BROKER`
-//!    to a leader at once — the first calls split its partitions between them;
+//!    `fetch_total_bytes_max` in all): one call per leader at the tail of the
+//!    log, and while the leader's last answer says it holds a backlog, up to
+//!    `FETCHES_IN_FLIGHT_PER_BROKER`, its partitions split between them;
 //! 3. when a call answers, move each of its partitions' fetch position past the
 //!    returned batches (headers only), hand the bytes to the decode task, and
 //!    loop at once: those partitions go out again while the broker still reads
@@ -732,10 +733,17 @@ fn next_fetch_offset(batches: &[u8], offset: i64) -> i64 {
     next_offset
 }
 
-/// `fetchMany` calls one consumer keeps in flight to one broker at most. With
-/// two, the broker reads and sends one answer while this side receives and
-/// decodes the other, instead of each side waiting for the other's turn.
+/// `fetchMany` calls one consumer keeps in flight to one broker at most while
+/// reading a backlog. With two, the broker reads and sends one answer while
+/// this side receives and decodes the other, instead of each side waiting for
+/// the other's turn. At the tail of the log (small answers) one call carries
+/// every partition: two would only double the calls per record, which costs
+/// latency (measured: end-to-end p99 at 50k records/s rose from ~3.2 to ~5 ms).
 const FETCHES_IN_FLIGHT_PER_BROKER: usize = 2;
+
+/// An answer at least this share of `fetch_total_bytes_max` means the broker
+/// has a backlog for this consumer: its next calls are pipelined.
+const BACKLOG_ANSWER_SHARE: u32 = 4;
 
 /// A `fetchMany` call in flight: which broker, which partitions (at which
 /// generation), and how to drop it.
@@ -750,6 +758,9 @@ async fn run_fetch_loop(inner: Arc<Inner>, decode: mpsc::UnboundedSender<Fetched
     let mut flights: Vec<Flight> = Vec::new();
     let mut pending = futures::stream::FuturesUnordered::new();
     let mut flight_ids = 0u64;
+    // Brokers whose last answer said they hold a backlog (see `BACKLOG_ANSWER_SHARE`).
+    let mut backlogged: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let backlog_bytes_min = (inner.config.fetch_total_bytes_max / BACKLOG_ANSWER_SHARE).max(1) as usize;
     loop {
         let woken = inner.wake.notified();
         tokio::pin!(woken);
@@ -774,29 +785,35 @@ async fn run_fetch_loop(inner: Arc<Inner>, decode: mpsc::UnboundedSender<Fetched
         let flying: std::collections::HashSet<&TopicPartition> =
             flights.iter().flat_map(|flight| flight.keys.iter().map(|(key, _)| key)).collect();
         let idle: Vec<Planned> = planned.into_iter().filter(|plan| !flying.contains(&plan.key)).collect();
+        let mut replan = false;
         if !idle.is_empty() {
             inner.lock().fetch_rotation += 1;
             for (connection, plans) in group_by_leader(&inner, idle).await {
                 let address = connection.address().to_owned();
-                let mut in_flight = flights.iter().filter(|flight| flight.address == address).count();
-                if in_flight >= FETCHES_IN_FLIGHT_PER_BROKER {
+                let calls_max = match backlogged.contains(&address) {
+                    true => FETCHES_IN_FLIGHT_PER_BROKER,
+                    false => 1,
+                };
+                let in_flight = flights.iter().filter(|flight| flight.address == address).count();
+                if in_flight >= calls_max {
                     // Partitions that still hold records wait for a call to come
                     // back; one with nothing for the application does not wait out
-                    // a long poll: the calls are dropped and planned again.
-                    if !plans.iter().any(|plan| plan.holds_nothing) {
-                        continue;
+                    // a long poll: the broker's calls are dropped, and everything
+                    // they carried is planned again with it.
+                    if plans.iter().any(|plan| plan.holds_nothing) {
+                        flights.retain(|flight| {
+                            let keep = flight.address != address;
+                            if !keep {
+                                flight.abort.abort();
+                            }
+                            keep
+                        });
+                        replan = true;
                     }
-                    flights.retain(|flight| {
-                        let keep = flight.address != address;
-                        if !keep {
-                            flight.abort.abort();
-                        }
-                        keep
-                    });
-                    in_flight = 0;
+                    continue;
                 }
                 // The first calls to a broker split its partitions between them.
-                let calls = (FETCHES_IN_FLIGHT_PER_BROKER - in_flight).min(plans.len());
+                let calls = (calls_max - in_flight).min(plans.len());
                 let per_call = plans.len().div_ceil(calls.max(1));
                 let mut plans = plans.into_iter().peekable();
                 while plans.peek().is_some() {
@@ -812,10 +829,20 @@ async fn run_fetch_loop(inner: Arc<Inner>, decode: mpsc::UnboundedSender<Fetched
                 }
             }
         }
+        if replan {
+            continue;
+        }
         let sleep = tokio::time::sleep_until(next_wake.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)));
         let answers = tokio::select! {
             Some((id, outcome)) = pending.next(), if !pending.is_empty() => {
-                flights.retain(|flight| flight.id != id);
+                if let Some(done) = flights.iter().position(|flight| flight.id == id) {
+                    let address = flights.swap_remove(done).address;
+                    let answered = outcome.as_ref().map_or(0, |answers| answered_bytes(answers));
+                    match answered >= backlog_bytes_min {
+                        true => backlogged.insert(address),
+                        false => backlogged.remove(&address),
+                    };
+                }
                 outcome.ok()
             }
             () = &mut woken => None,
@@ -836,6 +863,11 @@ async fn run_fetch_loop(inner: Arc<Inner>, decode: mpsc::UnboundedSender<Fetched
             }
         }
     }
+}
+
+/// The batch bytes of a call's answers.
+fn answered_bytes(answers: &[(Planned, Answer)]) -> usize {
+    answers.iter().filter_map(|(_, answer)| answer.as_ref().ok()).map(|(batches, _)| batches.len()).sum()
 }
 
 async fn run_decoder(inner: Arc<Inner>, mut fetched: mpsc::UnboundedReceiver<Fetched>) {

@@ -390,9 +390,9 @@ async fn a_partition_assigned_while_every_fetch_waits_is_read_at_once() {
     for index in 0..3 {
         producer.send(ProducerRecord::new("late", format!("late-{index}")).partition(2)).await.unwrap().await.unwrap();
     }
-    // Partitions 0 and 1 are empty: the consumer's two fetches to the broker (one
-    // each) wait longer than `consume` does. Partition 2, assigned then, has
-    // nothing buffered: its records must not wait for either poll.
+    // Partitions 0 and 1 are empty: the consumer's long poll to the broker waits
+    // longer than `consume` does. Partition 2, assigned then, has nothing
+    // buffered: its records must not wait for that poll.
     let config = client::ConsumerConfig { fetch_max_wait: LONG_POLL, ..broker.consumer_config() };
     let consumer = Consumer::new(config).unwrap();
     let early = [("late".to_owned(), 0), ("late".to_owned(), 1)];
