@@ -4,29 +4,23 @@
 //! One fetch task per consumer runs this loop:
 //! 1. resolve the start of partitions that have none yet (`Beginning`, `End`, a
 //!    timestamp) with `listOffset`;
-//! 2. take every partition that is not paused, has no pending error, holds
-//!    less than `prefetch_bytes_max` bytes and is in no call yet, group them by
-//!    leader, and send them in `fetchMany` long polls (`fetch_min_bytes`,
-//!    `fetch_max_wait`, at most `fetch_bytes_max` per partition and
-//!    `fetch_total_bytes_max` in all): one call per leader at the tail of the
-//!    log, and while the leader's last answer says it holds a backlog, up to
-//!    `FETCHES_IN_FLIGHT_PER_BROKER`, its partitions split between them;
-//! 3. when a call answers, move each of its partitions' fetch position past the
-//!    returned batches (headers only), hand the bytes to the decode task, and
-//!    loop at once: those partitions go out again while the broker still reads
-//!    and sends the other call's answer, and this side decodes.
+//! 2. take every partition that is not paused, has no pending error and holds
+//!    less than `prefetch_bytes_max` bytes, group them by leader, and send each
+//!    leader one `fetchMany` long poll (`fetch_min_bytes`, `fetch_max_wait`, at
+//!    most `fetch_bytes_max` per partition and `fetch_total_bytes_max` in all);
+//! 3. for each answered partition, move its fetch position past the returned
+//!    batches (headers only) and hand the bytes to the decode task, then loop at
+//!    once: the broker reads the next answer while this side decodes.
 //!
 //! The decode task turns batches into [`ConsumerRecord`]s whose keys and values
 //! are slices of the fetched buffer (no copies), skipping records before the
 //! requested offset, and buffers them until [`Consumer::poll`] takes them. It
 //! handles answers in the order they were fetched, so records stay in order.
 //!
-//! `seek` bumps the partition's generation and wakes the fetch task, which drops
-//! the pending long poll that includes the partition (so does a pause, or losing
-//! the partition); answers and decoded records of an older generation are
-//! discarded, so nothing from before a seek is returned after it. A partition
-//! with nothing buffered that finds its leader's calls all taken drops them and
-//! plans again, rather than wait out their long polls. A retriable error (leader moved, connection lost) refreshes
+//! `seek` bumps the partition's generation and wakes the fetch task, which drops a
+//! pending long poll that includes the partition; answers and decoded records of
+//! an older generation are discarded, so nothing from before a seek is returned
+//! after it. A retriable error (leader moved, connection lost) refreshes
 //! metadata and backs the partition off; `OffsetOutOfRange` resets it to
 //! `auto_offset_reset`; any other error — and `StorageError`, an offline
 //! partition, which may need an operator — is handed to the next `poll` once, and
@@ -43,7 +37,6 @@ use abi::batch::{records_section, BatchView, RecordRefs, DECOMPRESSED_BYTES_MAX}
 use abi::weir_capnp::broker;
 use abi::ErrorCode;
 use bytes::Bytes;
-use futures::StreamExt;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -149,8 +142,6 @@ struct Planned {
     key: TopicPartition,
     generation: u64,
     offset: i64,
-    /// Nothing buffered or being decoded for the application.
-    holds_nothing: bool,
 }
 
 /// One partition's answer.
@@ -594,8 +585,7 @@ impl Inner {
             if assigned.paused || assigned.error.is_some() || full {
                 continue;
             }
-            let holds_nothing = assigned.buffered_bytes + assigned.decoding_bytes == 0;
-            planned.push(Planned { key: key.clone(), generation: assigned.generation, offset, holds_nothing });
+            planned.push(Planned { key: key.clone(), generation: assigned.generation, offset });
         }
         // Brokers spend a fetch's byte budget in request order: rotate the order so
         // busy partitions early in it cannot starve the rest.
@@ -604,15 +594,6 @@ impl Inner {
             planned.rotate_left(rotation);
         }
         (planned, next_wake)
-    }
-
-    /// Whether a fetch of `keys` is still wanted: each partition is still
-    /// assigned, at that generation (not sought since), and not paused.
-    fn still_wanted(&self, keys: &[(TopicPartition, u64)]) -> bool {
-        let state = self.lock();
-        keys.iter().all(|(key, generation)| {
-            state.partitions.get(key).is_some_and(|assigned| assigned.generation == *generation && !assigned.paused)
-        })
     }
 
     fn resolved(&self, key: &TopicPartition, generation: u64, offset: i64) {
@@ -733,34 +714,7 @@ fn next_fetch_offset(batches: &[u8], offset: i64) -> i64 {
     next_offset
 }
 
-/// `fetchMany` calls one consumer keeps in flight to one broker at most while
-/// reading a backlog. With two, the broker reads and sends one answer while
-/// this side receives and decodes the other, instead of each side waiting for
-/// the other's turn. At the tail of the log (small answers) one call carries
-/// every partition: two would only double the calls per record, which costs
-/// latency (measured: end-to-end p99 at 50k records/s rose from ~3.2 to ~5 ms).
-const FETCHES_IN_FLIGHT_PER_BROKER: usize = 2;
-
-/// An answer at least this share of `fetch_total_bytes_max` means the broker
-/// has a backlog for this consumer: its next calls are pipelined.
-const BACKLOG_ANSWER_SHARE: u32 = 4;
-
-/// A `fetchMany` call in flight: which broker, which partitions (at which
-/// generation), and how to drop it.
-struct Flight {
-    id: u64,
-    address: String,
-    keys: Vec<(TopicPartition, u64)>,
-    abort: futures::future::AbortHandle,
-}
-
 async fn run_fetch_loop(inner: Arc<Inner>, decode: mpsc::UnboundedSender<Fetched>) {
-    let mut flights: Vec<Flight> = Vec::new();
-    let mut pending = futures::stream::FuturesUnordered::new();
-    let mut flight_ids = 0u64;
-    // Brokers whose last answer said they hold a backlog (see `BACKLOG_ANSWER_SHARE`).
-    let mut backlogged: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let backlog_bytes_min = (inner.config.fetch_total_bytes_max / BACKLOG_ANSWER_SHARE).max(1) as usize;
     loop {
         let woken = inner.wake.notified();
         tokio::pin!(woken);
@@ -772,82 +726,36 @@ async fn run_fetch_loop(inner: Arc<Inner>, decode: mpsc::UnboundedSender<Fetched
             }
         }
         let (planned, next_wake) = inner.fetchable();
-        // A seek, a pause or a lost assignment drops the calls that hold the
-        // partition (offsets only move when answers are taken, so nothing is lost;
-        // an older generation's answer would be discarded anyway).
-        flights.retain(|flight| {
-            let keep = inner.still_wanted(&flight.keys);
-            if !keep {
-                flight.abort.abort();
+        if planned.is_empty() {
+            let sleep =
+                tokio::time::sleep_until(next_wake.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)));
+            tokio::select! {
+                () = &mut woken => {}
+                () = sleep => {}
             }
-            keep
-        });
-        let flying: std::collections::HashSet<&TopicPartition> =
-            flights.iter().flat_map(|flight| flight.keys.iter().map(|(key, _)| key)).collect();
-        let idle: Vec<Planned> = planned.into_iter().filter(|plan| !flying.contains(&plan.key)).collect();
-        let mut replan = false;
-        if !idle.is_empty() {
-            inner.lock().fetch_rotation += 1;
-            for (connection, plans) in group_by_leader(&inner, idle).await {
-                let address = connection.address().to_owned();
-                let calls_max = match backlogged.contains(&address) {
-                    true => FETCHES_IN_FLIGHT_PER_BROKER,
-                    false => 1,
-                };
-                let in_flight = flights.iter().filter(|flight| flight.address == address).count();
-                if in_flight >= calls_max {
-                    // Partitions that still hold records wait for a call to come
-                    // back; one with nothing for the application does not wait out
-                    // a long poll: the broker's calls are dropped, and everything
-                    // they carried is planned again with it.
-                    if plans.iter().any(|plan| plan.holds_nothing) {
-                        flights.retain(|flight| {
-                            let keep = flight.address != address;
-                            if !keep {
-                                flight.abort.abort();
-                            }
-                            keep
-                        });
-                        replan = true;
-                    }
-                    continue;
-                }
-                // The first calls to a broker split its partitions between them.
-                let calls = (calls_max - in_flight).min(plans.len());
-                let per_call = plans.len().div_ceil(calls.max(1));
-                let mut plans = plans.into_iter().peekable();
-                while plans.peek().is_some() {
-                    let chunk: Vec<Planned> = plans.by_ref().take(per_call).collect();
-                    flight_ids += 1;
-                    let (abort, registration) = futures::future::AbortHandle::new_pair();
-                    let keys = chunk.iter().map(|plan| (plan.key.clone(), plan.generation)).collect();
-                    flights.push(Flight { id: flight_ids, address: address.clone(), keys, abort });
-                    let call =
-                        futures::future::Abortable::new(fetch_many(&inner, connection.clone(), chunk), registration);
-                    let id = flight_ids;
-                    pending.push(async move { (id, call.await) });
-                }
-            }
-        }
-        if replan {
             continue;
         }
-        let sleep = tokio::time::sleep_until(next_wake.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)));
-        let answers = tokio::select! {
-            Some((id, outcome)) = pending.next(), if !pending.is_empty() => {
-                if let Some(done) = flights.iter().position(|flight| flight.id == id) {
-                    let address = flights.swap_remove(done).address;
-                    let answered = outcome.as_ref().map_or(0, |answers| answered_bytes(answers));
-                    match answered >= backlog_bytes_min {
-                        true => backlogged.insert(address),
-                        false => backlogged.remove(&address),
-                    };
+        inner.lock().fetch_rotation += 1;
+        let planned_keys = plan_keys(&planned);
+        let by_leader = group_by_leader(&inner, planned).await;
+        let requests = by_leader.into_iter().map(|(connection, plans)| fetch_many(&inner, connection, plans));
+        let mut answers = Box::pin(futures::future::join_all(requests));
+        let answers = loop {
+            tokio::select! {
+                answers = &mut answers => break Some(answers),
+                () = &mut woken => {
+                    // A seek, a new assignment or room freed by `poll` changes what
+                    // should be fetched: drop the pending long poll and plan again
+                    // (offsets only move when answers are taken, so nothing is lost).
+                    if plan_keys(&inner.fetchable().0) != planned_keys {
+                        break None;
+                    }
+                    woken.set(inner.wake.notified());
+                    woken.as_mut().enable();
                 }
-                outcome.ok()
             }
-            () = &mut woken => None,
-            () = sleep => None,
         };
+        let Some(answers) = answers else { continue };
         for (plan, answer) in answers.into_iter().flatten() {
             match answer {
                 Ok((batches, _high_watermark)) => {
@@ -865,9 +773,11 @@ async fn run_fetch_loop(inner: Arc<Inner>, decode: mpsc::UnboundedSender<Fetched
     }
 }
 
-/// The batch bytes of a call's answers.
-fn answered_bytes(answers: &[(Planned, Answer)]) -> usize {
-    answers.iter().filter_map(|(_, answer)| answer.as_ref().ok()).map(|(batches, _)| batches.len()).sum()
+/// What a plan fetches, in a canonical order (fetch order rotates).
+fn plan_keys(planned: &[Planned]) -> Vec<(TopicPartition, u64)> {
+    let mut keys: Vec<(TopicPartition, u64)> = planned.iter().map(|plan| (plan.key.clone(), plan.generation)).collect();
+    keys.sort();
+    keys
 }
 
 async fn run_decoder(inner: Arc<Inner>, mut fetched: mpsc::UnboundedReceiver<Fetched>) {

@@ -341,9 +341,8 @@ async fn a_consumer_of_more_partitions_than_calls_in_flight_reads_them_all() {
         producer.send(ProducerRecord::new("wide", format!("p{partition}")).partition(partition)).await.unwrap();
     }
     producer.flush().await;
-    // Long polls that would each hold a call slot for 5 s: a consumer keeps at
-    // most two fetches in flight per broker, between them carrying every
-    // partition, so the broker's 16-call limit never bites.
+    // Long polls that would each hold a call slot for 5 s: one fetch per broker
+    // carries every partition, so the broker's 16-call limit never bites.
     let config = client::ConsumerConfig { fetch_max_wait: Duration::from_secs(5), ..broker.consumer_config() };
     let consumer = Consumer::new(config).unwrap();
     consumer.assign(&(0..40).map(|partition| ("wide".to_owned(), partition)).collect::<Vec<_>>()).await.unwrap();
@@ -378,36 +377,6 @@ async fn a_seek_does_not_wait_for_the_pending_long_poll() {
     let records = consume(&consumer, 3).await;
     let offsets: Vec<i64> = records.iter().map(|record| record.offset).collect();
     assert_eq!(offsets, [0, 1, 2]);
-    broker.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partition_assigned_while_every_fetch_waits_is_read_at_once() {
-    let temp = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start_with(temp.path(), |config| config.limits.fetch_wait_ms_max = LONG_POLL_MS).await;
-    Admin::new(broker.common()).unwrap().create_topic(NewTopic::new("late", 3)).await.unwrap();
-    let producer = Producer::new(broker.producer_config()).unwrap();
-    for index in 0..3 {
-        producer.send(ProducerRecord::new("late", format!("late-{index}")).partition(2)).await.unwrap().await.unwrap();
-    }
-    // Partitions 0 and 1 are empty: the consumer's long poll to the broker waits
-    // longer than `consume` does. Partition 2, assigned then, has nothing
-    // buffered: its records must not wait for that poll.
-    let config = client::ConsumerConfig { fetch_max_wait: LONG_POLL, ..broker.consumer_config() };
-    let consumer = Consumer::new(config).unwrap();
-    let early = [("late".to_owned(), 0), ("late".to_owned(), 1)];
-    consumer.assign(&early).await.unwrap();
-    consumer.seek_all(Offset::Beginning).unwrap();
-    wait_until("the starts are resolved", || async {
-        consumer.position("late", 0) == Some(0) && consumer.position("late", 1) == Some(0)
-    })
-    .await;
-    assert!(consumer.poll(Duration::from_millis(100)).await.unwrap().is_empty(), "long polls are waiting");
-    consumer.assign(&[early[0].clone(), early[1].clone(), ("late".to_owned(), 2)]).await.unwrap();
-    consumer.seek("late", 2, Offset::Beginning).unwrap();
-    let records = consume(&consumer, 3).await;
-    let read: Vec<(i32, i64)> = records.iter().map(|record| (record.partition, record.offset)).collect();
-    assert_eq!(read, [(2, 0), (2, 1), (2, 2)]);
     broker.stop().await;
 }
 
