@@ -398,9 +398,13 @@ async fn records_fail_after_the_delivery_timeout_while_the_broker_is_down() {
     // The first failure leaves the batch's fate in doubt, so the producer drops its
     // id; the next record then waits for an id nobody can give, and must still
     // fail when its delivery timeout passes instead of hanging flush and close.
-    let first = producer.send(ProducerRecord::new("outage", "lost-1")).await.unwrap();
-    // Queued behind the first (one request in flight per partition).
-    let second = producer.send(ProducerRecord::new("outage", "lost-2").partition(0)).await.unwrap();
+    // Both are queued by one call, with one metadata lookup: a second `send`
+    // could find the topic's metadata already dropped by the first record's
+    // failed attempt, and fail at once with no broker to ask (seen in CI).
+    // The second is queued behind the first (one request in flight per partition).
+    let records = [(None, Some(&b"lost-1"[..])), (None, Some(&b"lost-2"[..]))];
+    let mut deliveries = producer.send_many("outage", Some(0), records).await.unwrap().into_iter();
+    let (first, second) = (deliveries.next().unwrap(), deliveries.next().unwrap());
     assert!(first.await.is_err());
     let flushed = tokio::time::timeout(Duration::from_secs(20), producer.flush()).await;
     assert!(flushed.is_ok(), "flush returned");
